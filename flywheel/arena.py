@@ -1,0 +1,119 @@
+"""Select battles, play them (with a generation cache), and judge them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+
+from flywheel.records import Battle, BattleSpec, Generation, Prompt, stable_id
+from flywheel.store import RunStore
+from flywheel.world import Roster
+from judges.base import PairwiseJudge
+
+log = logging.getLogger("flywheel")
+
+
+def arm_of(p: Prompt) -> str:
+    """The selection arm a prompt belongs to: its category x difficulty cell."""
+    return f"{p.category}/L{p.level}"
+
+
+def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
+    """Randomised but reproducible A/B positions for a battle."""
+    return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
+
+
+def select_uniform(
+    pool: list[Prompt], target: str, opponents: list[str], budget: int, iteration: int, seed: int
+) -> list[BattleSpec]:
+    """``budget`` battles for ``target``: distinct prompts and opponents drawn uniformly."""
+    rng = random.Random(stable_id(seed, iteration, target))
+    prompts = rng.sample(pool, min(budget, len(pool)))
+    while len(prompts) < budget:  # a budget larger than the pool repeats prompts
+        prompts += rng.sample(pool, min(budget - len(prompts), len(pool)))
+    specs = []
+    for i, p in enumerate(prompts):
+        opponent = rng.choice(opponents)
+        key = stable_id(seed, iteration, "train", target, i, p.id, opponent)
+        a, b = seat(key, target, opponent)
+        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, arm_of(p)))
+    return specs
+
+
+def write_plan(store: RunStore, iteration: int, specs: list[BattleSpec]) -> None:
+    from flywheel.store import atomic_write_text
+
+    text = "".join(json.dumps(s.to_row()) + "\n" for s in specs)
+    atomic_write_text(store.iter_dir(iteration) / "plan.jsonl", text)
+
+
+def read_plan(store: RunStore, iteration: int) -> list[BattleSpec] | None:
+    path = store.iter_dir(iteration) / "plan.jsonl"
+    if not path.exists():
+        return None
+    return [BattleSpec.from_row(json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def generate_cached(roster: Roster, store: RunStore, player: str, prompts: list[Prompt]) -> dict[str, Generation]:
+    """Answers of ``player`` to ``prompts`` by prompt id; only uncached prompts are generated."""
+    params = roster.params(player)
+    pc = roster.config(player)
+    key = {p.id: stable_id(player, pc.kind, roster.path(player), p.text, params.max_new_tokens, params.temperature, params.seed) for p in prompts}
+    cache = store.cached()
+    out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
+    todo = list({p.id: p for p in prompts if p.id not in out}.values())
+    if todo:
+        gens = roster.player(player).generate(todo, params)
+        if len(gens) != len(todo):
+            raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
+        store.cache_put((key[g.prompt_id], g.text) for g in gens if g.ok)
+        out.update({g.prompt_id: g for g in gens})
+        log.info("%s generated %d answers (%d cached)", player, len(todo), len(prompts) - len(todo))
+    return out
+
+
+def play(
+    roster: Roster, store: RunStore, specs: list[BattleSpec], prompts: dict[str, Prompt], shard_size: int = 500
+) -> int:
+    """Play every spec not yet in the battle log, appending one shard per ``shard_size`` battles.
+    Returns how many battles were played now."""
+    if not specs:
+        return 0
+    have = {b.battle_id for b in store.battles(specs[0].iteration, specs[0].phase)}
+    todo = [s for s in specs if s.battle_id not in have]
+    for start in range(0, len(todo), shard_size):
+        _play_shard(roster, store, todo[start : start + shard_size], prompts)
+    return len(todo)
+
+
+def _play_shard(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt]) -> None:
+    need: dict[str, list[Prompt]] = {}
+    for s in todo:
+        for m in (s.model_a, s.model_b):
+            need.setdefault(m, []).append(prompts[s.prompt_id])
+    answers = {m: generate_cached(roster, store, m, ps) for m, ps in need.items()}
+    battles = []
+    for s in todo:
+        p = prompts[s.prompt_id]
+        ga, gb = answers[s.model_a][p.id], answers[s.model_b][p.id]
+        error = "; ".join(f"{g.player}: {g.error}" for g in (ga, gb) if not g.ok) or None
+        battles.append(
+            Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
+                   s.model_a, s.model_b, ga.text, gb.text, error, s.arm)
+        )
+    store.append_battles(battles)
+
+
+def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: str) -> int:
+    """Judge every battle of (iteration, phase) that has no judgment yet. Failed battles are
+    not judged: they stay in the log with their error and never count."""
+    done = store.judgments(iteration, phase)
+    todo = [b for b in store.battles(iteration, phase) if b.battle_id not in done and b.ok]
+    if not todo:
+        return 0
+    judgments = judge.judge(todo)
+    if len(judgments) != len(todo):
+        raise RuntimeError(f"judge {judge.name} returned {len(judgments)} judgments for {len(todo)} battles")
+    store.append_judgments(judgments, iteration, phase)
+    return len(judgments)

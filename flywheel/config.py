@@ -1,0 +1,248 @@
+"""One config tree for the whole flywheel, loaded from YAML.
+
+Every field has a default and a description. Unknown keys and bad values fail at load time with
+the field's dotted path in the message (``ConfigError``), before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from flywheel.tasks import CATEGORIES, GENERATORS
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the offending field path(s)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(Strict):
+    name: str | None = Field(None, description="Run id (directory name); default: a timestamp.")
+    root: Path = Field(Path("data/runs"), description="Directory that holds run directories.")
+    iterations: int = Field(3, ge=1, le=1000, description="Flywheel iterations after the baseline.")
+    seed: int = Field(0, description="Seed for selection, seating, training and bootstraps.")
+    shard_size: int = Field(500, ge=1, description="Battles per log shard (the unit a kill can lose).")
+
+
+class TaskSuiteConfig(Strict):
+    categories: list[str] = Field(list(CATEGORIES), min_length=1, description="Task categories.")
+    levels: list[int] = Field([1, 2, 3], min_length=1, description="Difficulty levels (1-3).")
+    train_per_cell: int = Field(250, ge=1, description="Train-pool prompts per category x level.")
+    eval_per_cell: int = Field(20, ge=1, description="Held-out eval prompts per category x level.")
+    seed: int = Field(1234, description="Seed of the suite; fixed so every run sees one split.")
+
+    @model_validator(mode="after")
+    def _known(self) -> TaskSuiteConfig:
+        unknown = [c for c in self.categories if c not in GENERATORS]
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}; known: {list(CATEGORIES)}")
+        if any(lv not in (1, 2, 3) for lv in self.levels):
+            raise ValueError("levels must be among 1, 2, 3")
+        return self
+
+
+class ModelSpec(Strict):
+    """A tiny character-level GPT that ``flywheel bootstrap`` builds and pre-trains."""
+
+    name: str = Field(..., description="Model name; saved under world.models_dir/<name>.")
+    categories: list[str] = Field(list(CATEGORIES), description="Categories in its pre-training.")
+    steps: int = Field(800, ge=0, description="Pre-training steps.")
+    n_layer: int = Field(2, ge=1, description="Transformer blocks.")
+    n_embd: int = Field(64, ge=8, description="Hidden size (a multiple of n_head).")
+    n_head: int = Field(4, ge=1, description="Attention heads.")
+    learning_rate: float = Field(3e-3, gt=0, description="Peak AdamW learning rate.")
+
+
+def _default_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(name="student", steps=200),
+        ModelSpec(name="calc", categories=["add", "sub", "mul"], steps=3000),
+        ModelSpec(name="scribe", categories=["rev", "sort", "count"], steps=900),
+        ModelSpec(name="generalist", steps=1500),
+    ]
+
+
+class WorldConfig(Strict):
+    models_dir: Path = Field(Path("data/models"), description="Where bootstrapped models live.")
+    tasks: TaskSuiteConfig = Field(default_factory=TaskSuiteConfig)
+    models: list[ModelSpec] = Field(default_factory=_default_models, description="Tiny models.")
+    batch_size: int = Field(64, ge=1, description="Pre-training batch size.")
+    seed: int = Field(0, description="Pre-training seed (weights and data order).")
+
+
+class PlayerConfig(Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="Player name in the arena.")
+    kind: str = Field("transformers", description="Player kind from the registry, or module:Class.")
+    path: str | None = Field(None, description="Model path; default world.models_dir/<name>.")
+    max_new_tokens: int = Field(12, ge=1, description="Generation length limit.")
+    batch_size: int = Field(256, ge=1, description="Prompts per generate() call.")
+    temperature: float = Field(0.0, ge=0, description="0 means greedy decoding.")
+
+
+class SelectConfig(Strict):
+    policy: Literal["uniform"] = Field("uniform", description="How prompts/opponents are chosen.")
+    battles_per_iteration: int = Field(2000, ge=1, description="Train battles per target.")
+
+
+class JudgeConfig(Strict):
+    kind: Literal["verifier"] = Field("verifier", description="Judge kind.")
+
+
+class RatingConfig(Strict):
+    bootstrap_rounds: int = Field(100, ge=0, description="Bootstrap rounds for the CIs.")
+    ci: float = Field(0.95, gt=0, lt=1, description="Confidence level of the intervals.")
+    scale: float = Field(400.0, gt=0, description="Elo scale.")
+    base: float = Field(10.0, gt=1, description="Elo base.")
+    init: float = Field(1000.0, description="Mean rating (the rating at zero log-strength).")
+
+
+class CurateConfig(Strict):
+    include_target_wins: bool = Field(False, description="Also SFT on the target's own wins.")
+    dedup: bool = Field(True, description="One example per prompt text per iteration.")
+    max_completion_chars: int = Field(64, ge=1, description="Drop longer completions.")
+
+
+class TrainConfig(Strict):
+    method: Literal["sft", "dpo", "sft+dpo"] = Field("sft", description="TRL trainer(s) to run.")
+    steps: int = Field(400, ge=0, description="Optimizer steps per target per iteration.")
+    batch_size: int = Field(32, ge=1, description="Per-device batch size.")
+    learning_rate: float = Field(3e-3, gt=0, description="Peak learning rate.")
+    replay: bool = Field(True, description="Also train on earlier iterations' SFT data.")
+    dpo_beta: float = Field(0.1, gt=0, description="DPO beta.")
+    lora: bool = Field(False, description="Train a LoRA adapter (peft) instead of all weights.")
+    lora_r: int = Field(8, ge=1, description="LoRA rank.")
+
+
+class EvaluateConfig(Strict):
+    bootstrap_seed: int = Field(0, description="Seed of the eval-Elo bootstrap.")
+
+
+class AllocateConfig(Strict):
+    policy: Literal["uniform"] = Field("uniform", description="How compute is shared by targets.")
+
+
+class FlywheelConfig(Strict):
+    run: RunConfig = Field(default_factory=RunConfig)
+    world: WorldConfig = Field(default_factory=WorldConfig)
+    targets: list[PlayerConfig] = Field(
+        default_factory=lambda: [PlayerConfig(name="student")], min_length=1
+    )
+    opponents: list[PlayerConfig] = Field(
+        default_factory=lambda: [PlayerConfig(name=n) for n in ("calc", "scribe", "generalist")],
+        min_length=1,
+    )
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    rating: RatingConfig = Field(default_factory=RatingConfig)
+    curate: CurateConfig = Field(default_factory=CurateConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    allocate: AllocateConfig = Field(default_factory=AllocateConfig)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> FlywheelConfig:
+        names = [p.name for p in self.targets + self.opponents]
+        folded = [n.casefold() for n in names]
+        dupes = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
+        if dupes:
+            raise ValueError(f"player names must be unique (ignoring case): {dupes}")
+        if any("@" in n for n in names):
+            raise ValueError("player names may not contain '@' (it marks versions)")
+        return self
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"{path}: {msg}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node: Any = tree
+    for i, key in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise ConfigError(f"--set {dotted}: no list item {key!r}")
+            node = node[int(key)]
+            continue
+        if not isinstance(node.get(key, {}), dict | list):
+            raise ConfigError(f"--set {dotted}: {'.'.join(keys[: i + 1])} is not a section")
+        node = node.setdefault(key, {})
+    last = keys[-1]
+    if isinstance(node, list):
+        if not last.isdigit() or int(last) >= len(node):
+            raise ConfigError(f"--set {dotted}: no list item {last!r}")
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    """``key.path=value`` strings to (path, value); values are parsed as YAML scalars/lists."""
+    out = []
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set {pair!r}: expected dotted.key=value")
+        key, raw = pair.split("=", 1)
+        if not key.strip():
+            raise ConfigError(f"--set {pair!r}: empty key")
+        try:
+            value = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FlywheelConfig:
+    """Load YAML (or the embedded default when ``path`` is None), apply ``--set`` overrides."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{p}: not valid YAML{where}: {e}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of sections")
+        tree = loaded
+    if overrides:
+        # Materialise defaults first so that --set can reach into default lists and sections.
+        tree = _merge(FlywheelConfig().model_dump(mode="json", exclude_unset=False), tree)
+        for key, value in parse_overrides(overrides):
+            _set_dotted(tree, key, value)
+    try:
+        return FlywheelConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e)) from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def dump_config(cfg: FlywheelConfig) -> str:
+    """The resolved config as YAML (what a run writes to config.yaml)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,125 @@
+"""Arena Learning's curation: lost battles become SFT examples, decisive ones DPO pairs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from flywheel.config import CurateConfig
+from flywheel.records import Battle, DPOPair, Judgment, SFTExample
+from flywheel.store import atomic_write_text
+from flywheel.world import split_version
+
+SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
+DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]
+
+
+@dataclass(frozen=True)
+class Curated:
+    sft: list[SFTExample]
+    dpo: list[DPOPair]
+    dropped: dict[str, int]
+
+
+def curate(
+    battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], eval_texts: set[str], cfg: CurateConfig
+) -> Curated:
+    """SFT: the winner's response wherever a target lost (and, optionally, the target's own wins).
+    DPO: (winner, loser) from every decisive battle with a target in it. Eval prompts never pass."""
+    sft: list[SFTExample] = []
+    dpo: list[DPOPair] = []
+    dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "too_long": 0, "duplicate": 0}
+    seen_sft: set[str] = set()
+    seen_dpo: set[str] = set()
+    target_set = set(targets)
+    for b in battles:
+        j = judgments.get(b.battle_id)
+        if not b.ok:
+            dropped["failed"] += 1
+            continue
+        if j is None or not j.valid:
+            dropped["invalid"] += 1
+            continue
+        if j.winner not in ("model_a", "model_b"):
+            dropped["undecided"] += 1
+            continue
+        if b.prompt in eval_texts:
+            dropped["contaminated"] += 1
+            continue
+        win_model, win_text, lose_model, lose_text = (
+            (b.model_a, b.response_a, b.model_b, b.response_b)
+            if j.winner == "model_a"
+            else (b.model_b, b.response_b, b.model_a, b.response_a)
+        )
+        if len(win_text) > cfg.max_completion_chars:
+            dropped["too_long"] += 1
+            continue
+        target_lost = split_version(lose_model)[0] in target_set
+        target_won = split_version(win_model)[0] in target_set
+        target = split_version(lose_model if target_lost else win_model)[0]
+        if target_lost or (target_won and cfg.include_target_wins):
+            if cfg.dedup and b.prompt in seen_sft:
+                dropped["duplicate"] += 1
+            else:
+                seen_sft.add(b.prompt)
+                sft.append(SFTExample(b.prompt, win_text, b.prompt_id, b.category, win_model, b.battle_id, b.iteration, target))
+        if (target_lost or target_won) and not (cfg.dedup and b.prompt in seen_dpo):
+            seen_dpo.add(b.prompt)
+            dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
+    return Curated(sft, dpo, dropped)
+
+
+def save_dataset(rows: list, columns: list[str], out: Path, card: str) -> int:
+    """Write ``rows`` as an HF dataset (``save_to_disk``) plus a README card, atomically."""
+    from datasets import Dataset, Features, Value
+
+    types = {"iteration": Value("int64")}
+    features = Features({c: types.get(c, Value("string")) for c in columns})
+    data = {c: [getattr(r, c) for r in rows] for c in columns}
+    tmp = out.parent / f".tmp-{out.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    Dataset.from_dict(data, features=features).save_to_disk(str(tmp))
+    if not rows:
+        _write_empty_shard(tmp, features)
+    atomic_write_text(tmp / "README.md", card)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return len(rows)
+
+
+def _write_empty_shard(folder: Path, features) -> None:
+    """``datasets`` saves an empty dataset with no data file, and then cannot load it back.
+    Write the one (empty) shard it expects, so every iteration's dataset opens."""
+    import pyarrow as pa
+
+    name = "data-00000-of-00001.arrow"
+    with pa.OSFile(str(folder / name), "wb") as fh, pa.ipc.new_stream(fh, features.arrow_schema) as w:
+        w.write_batch(pa.RecordBatch.from_pylist([], schema=features.arrow_schema))
+    state = json.loads((folder / "state.json").read_text())
+    state["_data_files"] = [{"filename": name}]
+    atomic_write_text(folder / "state.json", json.dumps(state, indent=2))
+
+
+def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int]) -> str:
+    sources: dict[str, int] = {}
+    categories: dict[str, int] = {}
+    for r in rows:
+        src = getattr(r, "source_model", None) or getattr(r, "chosen_model")
+        sources[src] = sources.get(src, 0) + 1
+        categories[r.category] = categories.get(r.category, 0) + 1
+    rule = (
+        "the winner's response wherever a target lost (Arena Learning SFT rule)"
+        if kind == "sft"
+        else "(winner, loser) responses of decisive battles with a target in them"
+    )
+    return (
+        f"# {kind.upper()} data, iteration {iteration}\n\n"
+        f"- rows: {len(rows)}\n- rule: {rule}\n- judge: {judge}\n"
+        f"- filters: {json.dumps(cfg.model_dump())}\n- dropped: {json.dumps(dropped)}\n"
+        f"- sources: {json.dumps(dict(sorted(sources.items())))}\n"
+        f"- categories: {json.dumps(dict(sorted(categories.items())))}\n\n"
+        "Open with `datasets.load_from_disk(<this directory>)`.\n"
+    )

@@ -1,0 +1,349 @@
+"""The stages of one flywheel iteration as plain functions over a run directory.
+
+Each stage reads its inputs from the run directory and writes its outputs there; its small JSON
+result is stored as ``iter-000k/stages/<stage>.json``. A stage whose result file exists is done
+and is not run again; a stage that was cut short runs again and skips every record already on
+disk (battles, judgments, generations). That is what makes ``--resume`` lose nothing and count
+nothing twice. The Prefect flow in ``flows/`` wraps each stage as a task.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from flywheel import reports
+from flywheel.allocation import allocate
+from flywheel.arena import arm_of, judge_pending, play, read_plan, seat, select_uniform, write_plan
+from flywheel.config import FlywheelConfig, dump_config
+from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
+from flywheel.ratings import leaderboard, online_elo
+from flywheel.records import BattleSpec, Prompt, stable_id
+from flywheel.store import RunStore, atomic_write_json, atomic_write_text, iter_name, read_json
+from flywheel.training import train_version
+from flywheel.world import Roster, prompt_pools, split_version, versioned
+from judges.base import PairwiseJudge
+from judges.verifier import VerifierJudge, normalize
+
+log = logging.getLogger("flywheel")
+
+STAGES = ("select", "battle", "judge", "rate", "curate", "train", "evaluate", "allocate")
+
+
+@dataclass
+class Context:
+    """What every stage needs: the config, the run directory and the roster."""
+
+    cfg: FlywheelConfig
+    store: RunStore
+    roster: Roster = field(init=False)
+    train_pool: list[Prompt] = field(init=False)
+    eval_split: list[Prompt] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.roster = Roster(self.cfg, self.store)
+        self.train_pool, self.eval_split = prompt_pools(self.cfg.world.tasks)
+
+    @functools.cached_property
+    def prompts(self) -> dict[str, Prompt]:
+        return {p.id: p for p in self.train_pool + self.eval_split}
+
+    @functools.cached_property
+    def judge(self) -> PairwiseJudge:
+        return VerifierJudge()
+
+
+# -- opening a run ------------------------------------------------------------------------------
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def open_run(cfg: FlywheelConfig, resume: Path | None = None) -> Context:
+    """Create a run directory (config.yaml, manifest.json) or reopen one for ``--resume``.
+
+    On resume the run's own config.yaml is the config; the run directory is locked either way."""
+    if resume is not None:
+        from flywheel.config import load_config
+
+        store = RunStore(resume)
+        if not (resume / "config.yaml").exists():
+            raise FileNotFoundError(f"{resume} is not a run directory (no config.yaml)")
+        cfg = load_config(resume / "config.yaml")
+        store.lock()
+        return Context(cfg, store)
+    run_id = cfg.run.name or new_run_id()
+    root = Path(cfg.run.root) / run_id
+    if (root / "config.yaml").exists():
+        raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
+    cfg = cfg.model_copy(deep=True)
+    cfg.run.name = run_id
+    store = RunStore(root)
+    store.lock()
+    ctx = Context(cfg, store)
+    atomic_write_text(root / "config.yaml", dump_config(cfg))
+    atomic_write_json(root / "manifest.json", _manifest(ctx))
+    return ctx
+
+
+def _manifest(ctx: Context) -> dict[str, Any]:
+    versions = {}
+    for pkg in ("flywheel", "torch", "transformers", "trl", "datasets", "prefect", "peft", "numpy"):
+        try:
+            versions[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = None
+    eval_hash = stable_id(*sorted(p.text for p in ctx.eval_split))
+    train_hash = stable_id(*sorted(p.text for p in ctx.train_pool))
+    return {
+        "run_id": ctx.cfg.run.name,
+        "created": datetime.now(timezone.utc).isoformat(),
+        "packages": versions,
+        "seeds": {"run": ctx.cfg.run.seed, "world": ctx.cfg.world.seed, "tasks": ctx.cfg.world.tasks.seed},
+        "inputs": {"train_pool": {"prompts": len(ctx.train_pool), "hash": train_hash},
+                   "eval_split": {"prompts": len(ctx.eval_split), "hash": eval_hash}},
+        "players": {n: ctx.roster.path(n) for n in ctx.roster.targets + ctx.roster.opponents},
+        "timings": {},
+    }
+
+
+# -- stage bookkeeping --------------------------------------------------------------------------
+def _result_path(store: RunStore, k: int, stage: str) -> Path:
+    return store.iter_dir(k) / "stages" / f"{stage}.json"
+
+
+def stage_result(store: RunStore, k: int, stage: str) -> dict[str, Any] | None:
+    return read_json(_result_path(store, k, stage))
+
+
+def _stage(name: str) -> Callable:
+    """Run the stage unless its result is on disk; store the result and the stage's timing."""
+
+    def wrap(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        @functools.wraps(fn)
+        def run(ctx: Context, k: int, *args: Any) -> dict[str, Any]:
+            done = stage_result(ctx.store, k, name)
+            if done is not None:
+                return done
+            t0 = time.perf_counter()
+            result = fn(ctx, k, *args)
+            atomic_write_json(_result_path(ctx.store, k, name), result)
+            manifest = read_json(ctx.store.root / "manifest.json", {})
+            manifest.setdefault("timings", {})[f"{iter_name(k)}/{name}"] = round(time.perf_counter() - t0, 3)
+            atomic_write_json(ctx.store.root / "manifest.json", manifest)
+            return result
+
+        return run
+
+    return wrap
+
+
+def current_version(ctx: Context, target: str, k: int) -> str:
+    """The version of ``target`` that plays in iteration ``k`` (trained in iteration k-1)."""
+    return versioned(target, k - 1)
+
+
+# -- the stages ---------------------------------------------------------------------------------
+@_stage("select")
+def select(ctx: Context, k: int, budgets: dict[str, int]) -> dict[str, Any]:
+    """Choose this iteration's train battles (prompts x opponents) for every target."""
+    specs: list[BattleSpec] = read_plan(ctx.store, k) or []
+    if not specs:
+        for t in ctx.roster.targets:
+            specs += select_uniform(ctx.train_pool, current_version(ctx, t, k), ctx.roster.opponents,
+                                    budgets[t], k, ctx.cfg.run.seed)
+        write_plan(ctx.store, k, specs)
+    arms: dict[str, int] = {}
+    for s in specs:
+        arms[s.arm] = arms.get(s.arm, 0) + 1
+    return {"battles": len(specs), "policy": ctx.cfg.select.policy, "arms": dict(sorted(arms.items()))}
+
+
+@_stage("battle")
+def battle(ctx: Context, k: int) -> dict[str, Any]:
+    """Play the planned battles that are not in the battle log yet."""
+    specs = read_plan(ctx.store, k) or []
+    new = play(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
+    failed = sum(1 for b in ctx.store.battles(k, "train") if not b.ok)
+    return {"played": len(specs), "new": new, "failed": failed}
+
+
+@_stage("judge")
+def judge(ctx: Context, k: int) -> dict[str, Any]:
+    """Judge this iteration's train battles that have no judgment yet."""
+    new = judge_pending(ctx.judge, ctx.store, k, "train")
+    js = ctx.store.judgments(k, "train")
+    counts: dict[str, int] = {}
+    for j in js.values():
+        key = j.winner or "invalid"
+        counts[key] = counts.get(key, 0) + 1
+    return {"judged": len(js), "new": new, "outcomes": counts}
+
+
+def _rated(ctx: Context, k: int | None, phase: str) -> tuple[list[str], list[str], list[str]]:
+    battles = ctx.store.battles(k, phase)
+    js = ctx.store.judgments(k, phase)
+    rows = [(b.model_a, b.model_b, js[b.battle_id].winner) for b in battles if b.battle_id in js and js[b.battle_id].valid]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]  # type: ignore[misc]
+
+
+@_stage("rate")
+def rate(ctx: Context, k: int) -> dict[str, Any]:
+    """Bradley-Terry and online Elo over this iteration's arena battles; per-arm target win rates."""
+    a, b, w = _rated(ctx, k, "train")
+    rc = ctx.cfg.rating
+    board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.run.seed + k, rc.scale, rc.base, rc.init)
+    online = online_elo(a, b, w, scale=rc.scale, base=rc.base, init=rc.init)
+    js = ctx.store.judgments(k, "train")
+    arms: dict[str, list[float]] = {}
+    for bt in ctx.store.battles(k, "train"):
+        j = js.get(bt.battle_id)
+        if j is None or not j.valid:
+            continue
+        target_is_a = split_version(bt.model_a)[0] in ctx.roster.targets
+        score = {"model_a": 1.0, "model_b": 0.0}.get(j.winner, 0.5)
+        arms.setdefault(bt.arm, []).append(score if target_is_a else 1 - score)
+    out = {"leaderboard": [r.to_dict() for r in board], "online_elo": {m: round(x, 2) for m, x in online.items()},
+           "target_score_by_arm": {arm: round(sum(v) / len(v), 4) for arm, v in sorted(arms.items())}}
+    atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}-arena.json", out)
+    return out
+
+
+@_stage("curate")
+def curate_stage(ctx: Context, k: int) -> dict[str, Any]:
+    """Turn this iteration's judged battles into SFT and DPO datasets on disk."""
+    eval_texts = {p.text for p in ctx.eval_split}
+    cur = curate(ctx.store.battles(k, "train"), ctx.store.judgments(k, "train"), ctx.roster.targets,
+                 eval_texts, ctx.cfg.curate)
+    d = ctx.store.iter_dir(k)
+    n_sft = save_dataset(cur.sft, SFT_COLUMNS, d / "sft", dataset_card("sft", k, cur.sft, ctx.judge.name, ctx.cfg.curate, cur.dropped))
+    n_dpo = save_dataset(cur.dpo, DPO_COLUMNS, d / "dpo", dataset_card("dpo", k, cur.dpo, ctx.judge.name, ctx.cfg.curate, cur.dropped))
+    return {"sft_examples": n_sft, "dpo_pairs": n_dpo, "dropped": cur.dropped}
+
+
+def _training_data(ctx: Context, k: int, kind: str, target: str):
+    from datasets import concatenate_datasets, load_from_disk
+
+    iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
+    # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
+    parts = [load_from_disk(str(ctx.store.iter_dir(i) / kind), keep_in_memory=True) for i in iters]
+    parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
+    parts = [p for p in parts if len(p)]
+    return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+
+
+@_stage("train")
+def train(ctx: Context, k: int, steps: dict[str, int]) -> dict[str, Any]:
+    """Fine-tune every target's current version into the next one with TRL."""
+    out: dict[str, Any] = {}
+    for t in ctx.roster.targets:
+        new = versioned(t, k)
+        target_dir = ctx.store.model_dir(new)
+        sft = _training_data(ctx, k, "sft", t)
+        dpo = _training_data(ctx, k, "dpo", t)
+        res = train_version(ctx.roster.path(current_version(ctx, t, k)), target_dir, sft, dpo, ctx.cfg.train,
+                            steps[t], ctx.cfg.run.seed + k)
+        out[t] = {"version": new, "steps": res.steps, "loss": res.loss, "examples": res.examples}
+    return out
+
+
+def _accuracy(responses: dict[str, str], prompts: list[Prompt]) -> tuple[float, dict[str, float]]:
+    by_cat: dict[str, list[bool]] = {}
+    for p in prompts:
+        ok = p.id in responses and normalize(responses[p.id]) == normalize(p.reference or "")
+        by_cat.setdefault(p.category, []).append(ok)
+    total = [x for v in by_cat.values() for x in v]
+    return round(sum(total) / len(total), 4), {c: round(sum(v) / len(v), 4) for c, v in sorted(by_cat.items())}
+
+
+@_stage("evaluate")
+def evaluate(ctx: Context, k: int) -> dict[str, Any]:
+    """Every target's newest version answers the held-out eval split and battles each opponent;
+    accuracy per category, and Bradley-Terry Elo with CIs over all eval battles so far."""
+    versions = [versioned(t, k) for t in ctx.roster.targets]
+    specs = []
+    for v in versions:
+        for opp in ctx.roster.opponents:
+            for p in ctx.eval_split:
+                key = stable_id("eval", v, opp, p.id)
+                a, b = seat(key, v, opp)
+                specs.append(BattleSpec(key, k, "eval", p.id, a, b, arm_of(p)))
+    play(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
+    judge_pending(ctx.judge, ctx.store, k, "eval")
+    a, b, w = _rated(ctx, None, "eval")
+    rc = ctx.cfg.rating
+    board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)
+    by_model = {r.model: r for r in board}
+    responses: dict[str, dict[str, str]] = {}
+    for bt in ctx.store.battles(k, "eval"):
+        responses.setdefault(bt.model_a, {})[bt.prompt_id] = bt.response_a
+        responses.setdefault(bt.model_b, {})[bt.prompt_id] = bt.response_b
+    evals: dict[str, Any] = {}
+    for m in versions + ctx.roster.opponents:
+        acc, by_cat = _accuracy(responses.get(m, {}), ctx.eval_split)
+        r = by_model.get(m)
+        evals[m] = {"accuracy": acc, "accuracy_by_category": by_cat,
+                    "elo": r.rating if r else None, "elo_ci": [r.lower, r.upper] if r else None}
+    rows = [r.to_dict() for r in board]
+    atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}.json", rows)
+    atomic_write_text(ctx.store.root / "ratings" / f"{iter_name(k)}.md",
+                      f"# Eval leaderboard after iteration {k}\n\n" + reports.markdown_table(rows) + "\n")
+    history = read_json(ctx.store.root / "ratings" / "history.json", {})
+    history[str(k)] = rows
+    atomic_write_json(ctx.store.root / "ratings" / "history.json", history)
+    return {"eval": evals, "leaderboard": rows}
+
+
+@_stage("allocate")
+def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
+    """Share the next iteration's training steps and battles among the targets."""
+    history: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
+    for i in range(k + 1):
+        ev = stage_result(ctx.store, i, "evaluate") or {}
+        for t in ctx.roster.targets:
+            acc = ev.get("eval", {}).get(versioned(t, i), {}).get("accuracy")
+            if acc is not None:
+                history[t].append(acc)
+    alloc = allocate(ctx.cfg.allocate, ctx.roster.targets, ctx.cfg.train.steps,
+                     ctx.cfg.select.battles_per_iteration, history)
+    return alloc.to_dict()
+
+
+# -- the summary --------------------------------------------------------------------------------
+def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
+    """Append iteration ``k`` to summary.json (replacing an entry a killed run left behind)."""
+    res = {s: stage_result(ctx.store, k, s) or {} for s in STAGES}
+    entry = {
+        "iteration": k,
+        "battles": res["battle"].get("played", 0),
+        "failed_battles": res["battle"].get("failed", 0),
+        "sft_examples": res["curate"].get("sft_examples", 0),
+        "dpo_pairs": res["curate"].get("dpo_pairs", 0),
+        "train_steps": {t: res["train"].get(t, {}).get("steps", 0) for t in ctx.roster.targets},
+        "eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" in m},
+        "opponents_eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" not in m},
+        "allocation": res["allocate"],
+        "arms": res["select"].get("arms", {}),
+        "wall_s": round(wall_s, 2),
+    }
+    path = ctx.store.root / "summary.json"
+    summary = read_json(path) or {"run_id": ctx.cfg.run.name, "targets": ctx.roster.targets, "iterations": []}
+    summary["iterations"] = [e for e in summary["iterations"] if e["iteration"] != k] + [entry]
+    summary["iterations"].sort(key=lambda e: e["iteration"])
+    atomic_write_json(path, summary)
+    return entry
+
+
+def summary(store: RunStore) -> dict[str, Any]:
+    return read_json(store.root / "summary.json") or {}
+
+
+def completed_iterations(store: RunStore) -> list[int]:
+    return [e["iteration"] for e in summary(store).get("iterations", [])]
+

@@ -1,0 +1,149 @@
+"""Typed records that flow between the stages of an iteration.
+
+Every stage takes and returns these, never loose dicts. They are frozen dataclasses so that a
+record written to the battle log is exactly the record a later stage reads back; ``to_row`` and
+``from_row`` are the (flat, parquet-friendly) on-disk form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+Winner = Literal["model_a", "model_b", "tie", "tie (bothbad)"]
+WINNERS: tuple[str, ...] = ("model_a", "model_b", "tie", "tie (bothbad)")
+Phase = Literal["train", "eval"]
+
+R = TypeVar("R")
+
+
+def stable_id(*parts: object, length: int = 16) -> str:
+    """A short hex digest of ``parts``: the same inputs give the same id on every machine."""
+    digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()
+    return digest[:length]
+
+
+class _Row:
+    """Flat-row conversion shared by the records (parquet and JSON friendly)."""
+
+    def to_row(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_row(cls: type[R], row: dict[str, Any]) -> R:
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Prompt(_Row):
+    """One task prompt. ``reference`` is the checkable answer, when there is one."""
+
+    id: str
+    text: str
+    category: str
+    level: int
+    reference: str | None = None
+    split: str = "train"
+
+
+@dataclass(frozen=True)
+class BattleSpec(_Row):
+    """A battle the selector decided to run: who plays whom on which prompt, in which seat."""
+
+    battle_id: str
+    iteration: int
+    phase: str
+    prompt_id: str
+    model_a: str
+    model_b: str
+    arm: str = ""
+
+
+@dataclass(frozen=True)
+class Generation(_Row):
+    """A player's answer to one prompt. A failed call has ``error`` set and must not be judged."""
+
+    player: str
+    prompt_id: str
+    text: str
+    error: str | None = None
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Battle(_Row):
+    """A battle that was played: both responses, stored in the append-only battle log."""
+
+    battle_id: str
+    iteration: int
+    phase: str
+    prompt_id: str
+    prompt: str
+    category: str
+    level: int
+    reference: str | None
+    model_a: str
+    model_b: str
+    response_a: str
+    response_b: str
+    error: str | None = None
+    arm: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Judgment(_Row):
+    """A judge's decision on one battle. ``winner`` is None when the judgment is invalid."""
+
+    battle_id: str
+    judge: str
+    winner: str | None
+    margin: float = 1.0
+    score_a: float | None = None
+    score_b: float | None = None
+    raw: str = ""
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.winner is not None
+
+
+@dataclass(frozen=True)
+class SFTExample(_Row):
+    """A curated supervised example: the winning response to a prompt the target lost."""
+
+    prompt: str
+    completion: str
+    prompt_id: str
+    category: str
+    source_model: str
+    battle_id: str
+    iteration: int
+    target: str
+
+
+@dataclass(frozen=True)
+class DPOPair(_Row):
+    """A curated preference pair from a decisive battle."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    prompt_id: str
+    category: str
+    chosen_model: str
+    rejected_model: str
+    battle_id: str
+    iteration: int
+    target: str

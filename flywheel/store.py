@@ -1,0 +1,173 @@
+"""The run directory: every file written atomically, logs append-only, resumable by construction.
+
+Layout (see data/README.md)::
+
+    <run>/config.yaml  manifest.json  summary.json  .lock
+    <run>/battles/<iter>-<phase>-<n>.parquet     append-only battle log shards
+    <run>/judgments/<iter>-<phase>-<n>.parquet   every judgment, with the judge's raw output
+    <run>/iter-000k/plan.jsonl  sft/  dpo/       the iteration's selection and datasets
+    <run>/ratings/iter-000k.json|md  history.json
+    <run>/models/<name>@<k>/                     trained versions
+    <run>/cache/generations.jsonl                generation cache (player version x prompt)
+
+A shard is written to a temporary name and renamed, so it is either whole or absent. Stages
+skip records whose ids are already on disk, so a killed run resumes with nothing lost and
+nothing counted twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flywheel.records import Battle, Judgment, _Row
+
+R = TypeVar("R", bound=_Row)
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds this run directory."""
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    if not path.exists():
+        return default
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def iter_name(k: int) -> str:
+    return f"iter-{k:04d}"
+
+
+class RunStore:
+    """Reads and writes one run directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._lock_fd: int | None = None
+        self._cache: dict[str, str] | None = None
+
+    # -- locking ---------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Take the run's lock, or fail at once if another process is using this directory."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLockedError(f"{self.root} is in use by another flywheel process") from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- paths -----------------------------------------------------------------------------
+    def iter_dir(self, k: int) -> Path:
+        return self.root / iter_name(k)
+
+    def model_dir(self, versioned_name: str) -> Path:
+        return self.root / "models" / versioned_name
+
+    # -- append-only shards ----------------------------------------------------------------
+    def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]]) -> Path | None:
+        if not rows:
+            return None
+        folder = self.root / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        n = len(list(folder.glob(f"{prefix}-*.parquet")))
+        path = folder / f"{prefix}-{n:05d}.parquet"
+        tmp = folder / f".{path.name}.tmp"
+        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        os.replace(tmp, path)
+        return path
+
+    def _read(self, kind: str, cls: type[R], prefix: str = "") -> list[R]:
+        folder = self.root / kind
+        if not folder.exists():
+            return []
+        out: list[R] = []
+        for path in sorted(folder.glob(f"{prefix}*.parquet")):
+            out += [cls.from_row(r) for r in pq.read_table(path).to_pylist()]
+        return out
+
+    @staticmethod
+    def _prefix(iteration: int | None, phase: str | None) -> str:
+        if iteration is None:
+            return ""
+        return iter_name(iteration) + (f"-{phase}" if phase else "")
+
+    def append_battles(self, battles: list[Battle]) -> None:
+        for (k, phase), group in _group(battles, lambda b: (b.iteration, b.phase)).items():
+            self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group])
+
+    def battles(self, iteration: int | None = None, phase: str | None = None) -> list[Battle]:
+        rows = self._read("battles", Battle, self._prefix(iteration, phase))
+        return [b for b in rows if phase is None or b.phase == phase]
+
+    def append_judgments(self, judgments: list[Judgment], iteration: int, phase: str) -> None:
+        self._append("judgments", f"{iter_name(iteration)}-{phase}", [j.to_row() for j in judgments])
+
+    def judgments(self, iteration: int | None = None, phase: str | None = None) -> dict[str, Judgment]:
+        return {j.battle_id: j for j in self._read("judgments", Judgment, self._prefix(iteration, phase))}
+
+    # -- generation cache ------------------------------------------------------------------
+    def _cache_path(self) -> Path:
+        return self.root / "cache" / "generations.jsonl"
+
+    def cached(self) -> dict[str, str]:
+        if self._cache is None:
+            self._cache = {}
+            path = self._cache_path()
+            if path.exists():
+                for line in path.read_text(encoding="utf-8").splitlines():
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut short by a kill; its generation is simply redone
+                    self._cache[row["key"]] = row["text"]
+        return self._cache
+
+    def cache_put(self, items: Iterable[tuple[str, str]]) -> None:
+        items = list(items)
+        if not items:
+            return
+        path = self._cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            f.write("".join(json.dumps({"key": k, "text": t}) + "\n" for k, t in items))
+            f.flush()
+            os.fsync(f.fileno())
+        self.cached().update(items)
+
+
+def _group(items, key):
+    out: dict = {}
+    for it in items:
+        out.setdefault(key(it), []).append(it)
+    return out

@@ -1,0 +1,150 @@
+"""Tiny character-level GPT models that the project builds and pre-trains itself.
+
+The tokenizer is made locally with ``tokenizers`` (one token per character, plus ``<pad>``,
+``<eos>`` and ``<unk>``), wrapped as a ``PreTrainedTokenizerFast``; the model is a transformers
+``GPT2LMHeadModel``. Both are written with ``save_pretrained`` and load back with the Auto
+classes, exactly like a hub checkpoint would.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import string
+import time
+from pathlib import Path
+
+import torch
+
+from flywheel.config import ModelSpec, WorldConfig
+from flywheel.records import Prompt
+from flywheel.tasks import build_suite
+
+log = logging.getLogger("flywheel")
+
+SPECIALS = ["<pad>", "<eos>", "<unk>"]
+CHARS = string.digits + string.ascii_lowercase + " +-*="
+PAD_ID, EOS_ID = 0, 1
+
+
+def build_tokenizer():  # -> PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + list(CHARS))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(SPECIALS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+        padding_side="left",
+    )
+
+
+def build_model(spec: ModelSpec, vocab_size: int, seed: int):  # -> GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    if spec.n_embd % spec.n_head:
+        raise ValueError(f"model {spec.name}: n_embd {spec.n_embd} is not a multiple of n_head")
+    cfg = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=64,
+        n_embd=spec.n_embd,
+        n_layer=spec.n_layer,
+        n_head=spec.n_head,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=EOS_ID,
+        eos_token_id=EOS_ID,
+        pad_token_id=PAD_ID,
+    )
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(cfg)
+    model.generation_config.pad_token_id = PAD_ID
+    model.generation_config.eos_token_id = EOS_ID
+    return model
+
+
+def encode_pool(tokenizer, prompts: list[Prompt]) -> list[tuple[list[int], list[int]]]:
+    """Token ids of every (prompt, answer + ``<eos>``), tokenized once up front."""
+    pi = tokenizer([p.text for p in prompts], add_special_tokens=False).input_ids
+    ai = tokenizer([str(p.reference) for p in prompts], add_special_tokens=False).input_ids
+    return [(x, y + [EOS_ID]) for x, y in zip(pi, ai)]
+
+
+def collate(pairs: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask, labels); loss only on the answer and ``<eos>``."""
+    seqs = [p + a for p, a in pairs]
+    labels = [[-100] * len(p) + a for p, a in pairs]
+    width = max(map(len, seqs))
+    ids = torch.tensor([s + [PAD_ID] * (width - len(s)) for s in seqs])
+    lab = torch.tensor([x + [-100] * (width - len(x)) for x in labels])
+    mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs])
+    return ids, mask, lab
+
+
+def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: int, seed: int) -> float:
+    """AdamW with warm-up and linear decay on answer tokens; returns the last loss."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    encoded = encode_pool(tokenizer, pool)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.0)
+    model.train()
+    loss_value = float("nan")
+    for step in range(spec.steps):
+        lr = spec.learning_rate * min(1.0, (step + 1) / 50) * (1 - step / spec.steps)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ids, mask, lab = collate(rng.sample(encoded, min(batch_size, len(encoded))))
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_value = float(loss.detach())
+    model.eval()
+    return loss_value
+
+
+def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = None) -> list[Path]:
+    """Build and pre-train every model of ``world`` that is missing; returns their directories.
+
+    Pre-training uses the train pool only (never the eval split), is deterministic under
+    ``world.seed``, and each model is written atomically (tmp dir, then rename).
+    """
+    train, _ = build_suite(
+        world.tasks.seed,
+        world.tasks.train_per_cell,
+        world.tasks.eval_per_cell,
+        world.tasks.categories,
+        world.tasks.levels,
+    )
+    world.models_dir.mkdir(parents=True, exist_ok=True)
+    made = []
+    for i, spec in enumerate(world.models):
+        if only and spec.name not in only:
+            continue
+        out = world.models_dir / spec.name
+        if out.exists() and not force:
+            continue
+        pool = [p for p in train if p.category in spec.categories]
+        if not pool:
+            raise ValueError(f"model {spec.name}: no train prompts in categories {spec.categories}")
+        t0 = time.perf_counter()
+        tokenizer = build_tokenizer()
+        model = build_model(spec, len(tokenizer), seed=world.seed + i)
+        loss = pretrain(model, tokenizer, pool, spec, world.batch_size, seed=world.seed + i)
+        tmp = world.models_dir / f".tmp-{spec.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        log.info("bootstrapped %s: %d steps, loss %.3f, %.1fs", spec.name, spec.steps, loss, time.perf_counter() - t0)
+        made.append(out)
+    return made

@@ -1,0 +1,108 @@
+"""Fine-tune a target version with TRL (SFT, DPO, or SFT then DPO), full or LoRA."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from flywheel.config import TrainConfig
+
+log = logging.getLogger("flywheel")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    steps: int
+    loss: float | None
+    examples: int
+
+
+def _common_args(cfg: TrainConfig, steps: int, seed: int, out: str) -> dict:
+    return dict(
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(10, max(steps // 10, 0)),
+        logging_steps=max(1, steps // 5),
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        max_length=64,
+    )
+
+
+def _peft_config(cfg: TrainConfig):
+    if not cfg.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def _save(model, tokenizer, out: Path) -> None:
+    """Write a checkpoint atomically: a temporary directory, then a rename."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
+def train_version(
+    base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int
+) -> TrainResult:
+    """Train ``base`` into ``out``: SFT on ``sft_data`` and/or DPO on ``dpo_data`` per ``cfg.method``.
+
+    With no steps or no data the new version is a copy of ``base`` (the version still advances,
+    so every iteration has one version per target)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    plan = []
+    if cfg.method in ("sft", "sft+dpo") and sft_data is not None and len(sft_data):
+        plan.append(("sft", sft_data))
+    if cfg.method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
+        plan.append(("dpo", dpo_data))
+    if steps <= 0 or not plan:
+        _save(model, tokenizer, out)
+        return TrainResult(0, None, 0)
+    per_stage = max(1, steps // len(plan))
+    total, loss, examples = 0, None, 0
+    with tempfile.TemporaryDirectory(prefix="flywheel-train-") as scratch:
+        for kind, data in plan:
+            if kind == "sft":
+                from trl import SFTConfig, SFTTrainer
+
+                args = SFTConfig(**_common_args(cfg, per_stage, seed, scratch), completion_only_loss=True, packing=False)
+                trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
+                                     processing_class=tokenizer, peft_config=_peft_config(cfg))
+            else:
+                from trl import DPOConfig, DPOTrainer
+
+                args = DPOConfig(**_common_args(cfg, per_stage, seed, scratch), beta=cfg.dpo_beta)
+                trainer = DPOTrainer(model=model, args=args,
+                                     train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
+                                     processing_class=tokenizer, peft_config=_peft_config(cfg))
+            result = trainer.train()
+            total += result.global_step
+            loss = float(result.training_loss)
+            examples += len(data)
+            # LoRA adapters are merged so that the version is a plain checkpoint any player loads.
+            model = trainer.model.merge_and_unload() if cfg.lora else trainer.model
+            log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, result.global_step, len(data), loss)
+    _save(model, tokenizer, out)
+    return TrainResult(total, loss, examples)

@@ -1,0 +1,84 @@
+"""Shared fixtures: a tiny embedded world built once per session, and tiny run configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+for key, value in {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "DO_NOT_TRACK": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+}.items():
+    os.environ.setdefault(key, value)
+
+import yaml  # noqa: E402
+
+from flywheel.config import FlywheelConfig, ModelSpec, load_config  # noqa: E402
+
+TINY_MODELS = [
+    {"name": "student", "steps": 20, "n_embd": 32},
+    {"name": "calc", "categories": ["add", "sub", "mul"], "steps": 60, "n_embd": 32},
+    {"name": "scribe", "categories": ["rev", "sort", "count"], "steps": 60, "n_embd": 32},
+    {"name": "generalist", "steps": 40, "n_embd": 32},
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_models_dir(tmp_path_factory) -> Path:
+    """The embedded world's four models, pre-trained for a few steps (real, just small)."""
+    from flywheel.config import WorldConfig
+    from flywheel.tinymodels import bootstrap
+
+    d = tmp_path_factory.mktemp("models")
+    bootstrap(WorldConfig(models_dir=d, models=[ModelSpec(**m) for m in TINY_MODELS],
+                          tasks={"train_per_cell": 30, "eval_per_cell": 2}))
+    return d
+
+
+def tiny_tree(models_dir: Path, runs_root: Path, **over) -> dict:
+    """A config tree for a fast real run: 2 iterations, 48 battles, 4 training steps."""
+    tree = {
+        "run": {"root": str(runs_root), "iterations": 2, "shard_size": 16},
+        "world": {"models_dir": str(models_dir), "models": TINY_MODELS,
+                  "tasks": {"train_per_cell": 30, "eval_per_cell": 2}},
+        "select": {"battles_per_iteration": 48},
+        "rating": {"bootstrap_rounds": 20},
+        "train": {"steps": 4, "batch_size": 8},
+    }
+    for dotted, value in over.items():
+        node = tree
+        keys = dotted.split("__")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return tree
+
+
+@pytest.fixture
+def tiny_config(tiny_models_dir, tmp_path):
+    """A factory: ``tiny_config(**overrides)`` -> (FlywheelConfig, path of its YAML)."""
+
+    def make(**over) -> tuple[FlywheelConfig, Path]:
+        path = tmp_path / "recipe.yaml"
+        path.write_text(yaml.safe_dump(tiny_tree(tiny_models_dir, tmp_path / "runs", **over)))
+        return load_config(path), path
+
+    return make
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """Environment for running the ``flywheel`` command in a subprocess, isolated and offline."""
+    env = dict(os.environ)
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    env.setdefault("HF_HOME", str(tmp_path / "hf"))
+    env.pop("PREFECT_API_URL", None)
+    return env

@@ -1,0 +1,67 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flywheel.config import ConfigError, FlywheelConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_default_recipe_file_is_the_embedded_default():
+    assert load_config(ROOT / "flows/recipes/default.yaml") == FlywheelConfig()
+    assert load_config(None) == FlywheelConfig()
+
+
+def test_set_overrides_are_typed_and_reach_into_lists():
+    cfg = load_config(None, ["train.steps=7", "train.learning_rate=1e-4", "train.replay=false",
+                             "world.models.1.steps=5", "world.tasks.categories=[add, rev]"])
+    assert cfg.train.steps == 7 and cfg.train.learning_rate == 1e-4 and cfg.train.replay is False
+    assert cfg.world.models[1].steps == 5
+    assert cfg.world.tasks.categories == ["add", "rev"]
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["train.stepz=3"], "train.stepz: unknown field"),
+        (["train.steps=-1"], "train.steps"),
+        (["train.steps=many"], "train.steps"),
+        (["rating.ci=1.5"], "rating.ci"),
+        (["world.tasks.categories=[add, poetry]"], "world.tasks"),
+        (["world.models.9.steps=1"], "no list item"),
+        (["opponents.0.name=Student"], "unique"),
+        (["train.method=ppo"], "train.method"),
+    ],
+)
+def test_bad_config_names_the_field(overrides, field):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert field in str(e.value)
+
+
+def test_bad_yaml_names_the_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("run:\n  iterations: 2\n  seed: [1, 2\n")
+    with pytest.raises(ConfigError, match="line"):
+        load_config(p)
+
+
+def test_unknown_section_in_file(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("run:\n  iterations: 2\nbandits:\n  policy: ucb\n")
+    with pytest.raises(ConfigError, match="bandits: unknown field"):
+        load_config(p)
+
+
+def test_cli_rejects_bad_config_with_exit_2_and_writes_nothing(tmp_path, cli_env):
+    root = tmp_path / "runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "flywheel.cli", "run", "--set", f"run.root={root}", "--set", "train.steps=-3"],
+        capture_output=True, text=True, env=cli_env, timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "train.steps" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not root.exists()

@@ -1,0 +1,89 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from datasets import load_from_disk
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.flywheel_flow import flywheel
+from flywheel.arena import read_plan
+from flywheel.store import RunLockedError, RunStore
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def finished_run(harness, tiny_models_dir, tmp_path_factory):
+    from flywheel.config import FlywheelConfig
+
+    from tests.conftest import tiny_tree
+
+    root = tmp_path_factory.mktemp("runs")
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow"))
+    run_dir = flywheel(cfg.model_dump(mode="json"))
+    return RunStore(root / "flow") if run_dir else None
+
+
+def test_flow_writes_the_run_directory(finished_run):
+    root = finished_run.root
+    for name in ("config.yaml", "manifest.json", "summary.json", "ratings/iter-0002.json", "ratings/iter-0002.md",
+                 "ratings/history.json", "iter-0001/sft/README.md", "models/student@1/config.json",
+                 "models/student@2/config.json"):
+        assert (root / name).exists(), name
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["run_id"] == "flow" and summary["targets"] == ["student"]
+    assert [e["iteration"] for e in summary["iterations"]] == [0, 1, 2]
+    base, last = summary["iterations"][0], summary["iterations"][-1]
+    assert base["battles"] == 0 and set(base["eval"]) == {"student@0"}
+    assert last["battles"] == 48 and last["train_steps"] == {"student": 4}
+    ev = last["eval"]["student@2"]
+    assert 0 <= ev["accuracy"] <= 1 and set(ev["accuracy_by_category"]) == {"add", "sub", "mul", "rev", "sort", "count"}
+    lo, hi = ev["elo_ci"]
+    assert lo <= ev["elo"] <= hi
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["packages"]["trl"] and "iter-0002/train" in manifest["timings"]
+
+
+def test_curated_datasets_open_with_load_from_disk(finished_run):
+    root = finished_run.root
+    summary = json.loads((root / "summary.json").read_text())
+    for e in summary["iterations"][1:]:
+        sft = load_from_disk(str(root / f"iter-{e['iteration']:04d}" / "sft"))
+        dpo = load_from_disk(str(root / f"iter-{e['iteration']:04d}" / "dpo"))
+        assert len(sft) == e["sft_examples"] and len(dpo) == e["dpo_pairs"]
+        assert {"prompt", "completion", "source_model", "battle_id"} <= set(sft.column_names)
+        assert {"prompt", "chosen", "rejected"} <= set(dpo.column_names)
+
+
+def test_battle_log_matches_the_plan_exactly(finished_run):
+    for k in (1, 2):
+        plan = {s.battle_id for s in read_plan(finished_run, k)}
+        logged = [b.battle_id for b in finished_run.battles(k, "train")]
+        assert sorted(logged) == sorted(plan) and len(set(logged)) == len(logged)
+        assert all(b.model_a != b.model_b for b in finished_run.battles(k, "train"))
+        # Seats are randomised: the target sits in both positions.
+        assert {b.model_a.startswith("student") for b in finished_run.battles(k, "train")} == {True, False}
+
+
+def test_elo_command_prints_the_leaderboard(finished_run, cli_env):
+    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(finished_run.root), "--format", "json"],
+                         capture_output=True, text=True, env=cli_env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert {r["model"] for r in rows} == {"student@0", "student@1", "student@2", "calc", "scribe", "generalist"}
+    assert all({"rating", "lower", "upper", "rank", "battles", "win_rate"} <= set(r) for r in rows)
+
+
+def test_a_run_directory_in_use_is_refused(finished_run):
+    other = RunStore(finished_run.root)
+    other.lock()
+    try:
+        with pytest.raises(RunLockedError, match="in use"):
+            RunStore(finished_run.root).lock()
+    finally:
+        other.unlock()

@@ -1,0 +1,58 @@
+from flywheel.config import CurateConfig
+from flywheel.curation import curate
+from flywheel.records import Battle, Judgment
+from judges.verifier import VerifierJudge
+
+
+def battle(bid, a, b, ra, rb, ref="42", prompt="40+2=", error=None):
+    return Battle(bid, 1, "train", "p" + bid, prompt, "add", 1, ref, a, b, ra, rb, error)
+
+
+def test_verifier_exact_match_and_ties():
+    j = VerifierJudge().judge([
+        battle("1", "x", "y", "42", "41"),
+        battle("2", "x", "y", "4", " 42 "),
+        battle("3", "x", "y", "42", "42"),
+        battle("4", "x", "y", "1", "2"),
+        battle("5", "x", "y", "42", "42", ref=None),
+    ])
+    assert [x.winner for x in j] == ["model_a", "model_b", "tie", "tie (bothbad)", None]
+    assert j[4].error and not j[4].valid
+
+
+def test_sft_from_target_losses_dpo_from_decisive_and_no_eval_leak():
+    battles = [
+        battle("1", "student@0", "calc", "41", "42"),               # target lost -> SFT + DPO
+        battle("2", "calc", "student@0", "43", "42", prompt="39+3="),  # target won -> DPO only
+        battle("3", "student@0", "calc", "42", "42", prompt="41+1="),  # tie -> nothing
+        battle("4", "student@0", "calc", "0", "42", prompt="7*6="),    # eval prompt -> dropped
+        battle("5", "student@0", "calc", "0", "42", prompt="6*7=", error="calc: timeout"),
+    ]
+    judgments = {j.battle_id: j for j in VerifierJudge().judge([b for b in battles if b.ok])}
+    cur = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig())
+    assert [(e.prompt, e.completion, e.source_model, e.target) for e in cur.sft] == [("40+2=", "42", "calc", "student")]
+    assert [(d.prompt, d.chosen, d.rejected) for d in cur.dpo] == [("40+2=", "42", "41"), ("39+3=", "42", "43")]
+    assert cur.dropped["contaminated"] == 1 and cur.dropped["failed"] == 1 and cur.dropped["undecided"] == 1
+    with_wins = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig(include_target_wins=True))
+    assert {e.prompt for e in with_wins.sft} == {"40+2=", "39+3="}
+
+
+def test_invalid_judgments_are_not_counted():
+    battles = [battle("1", "student@0", "calc", "41", "42")]
+    cur = curate(battles, {"1": Judgment("1", "llm", None, error="unparseable")}, ["student"], set(), CurateConfig())
+    assert not cur.sft and not cur.dpo and cur.dropped["invalid"] == 1
+
+
+def test_datasets_with_and_without_rows_open_with_load_from_disk(tmp_path):
+    from datasets import load_from_disk
+
+    from flywheel.curation import SFT_COLUMNS, save_dataset
+    from flywheel.records import SFTExample
+
+    rows = [SFTExample("1+1=", "2", "p1", "add", "calc", "b1", 1, "student")]
+    assert save_dataset(rows, SFT_COLUMNS, tmp_path / "full", "# card\n") == 1
+    assert save_dataset([], SFT_COLUMNS, tmp_path / "empty", "# card\n") == 0
+    full, empty = load_from_disk(str(tmp_path / "full")), load_from_disk(str(tmp_path / "empty"))
+    assert full[0]["completion"] == "2" and full.column_names == SFT_COLUMNS
+    assert len(empty) == 0 and empty.column_names == SFT_COLUMNS
+    assert (tmp_path / "empty" / "README.md").read_text() == "# card\n"

@@ -1,0 +1,60 @@
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from flywheel.config import ModelSpec, WorldConfig
+from flywheel.players import SamplingParams, create_player
+from flywheel.players.registry import resolve
+from flywheel.tasks import build_suite
+from flywheel.tinymodels import bootstrap, build_tokenizer
+
+import pytest
+
+
+def test_tokenizer_is_character_level_and_round_trips(tmp_path):
+    tok = build_tokenizer()
+    ids = tok("rev abc=", add_special_tokens=False).input_ids
+    assert len(ids) == len("rev abc=")
+    assert tok.decode(ids) == "rev abc="
+    tok.save_pretrained(tmp_path)
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again("12+3=<eos>", add_special_tokens=False).input_ids[-1] == again.eos_token_id
+    assert again.padding_side == "left"
+
+
+def test_bootstrap_is_deterministic_and_reloads_with_auto_classes(tmp_path):
+    spec = [ModelSpec(name="m", steps=5, n_embd=16)]
+    worlds = [WorldConfig(models_dir=tmp_path / d, models=spec, tasks={"train_per_cell": 10, "eval_per_cell": 2})
+              for d in ("a", "b")]
+    for w in worlds:
+        bootstrap(w)
+    a = AutoModelForCausalLM.from_pretrained(tmp_path / "a/m")
+    b = AutoModelForCausalLM.from_pretrained(tmp_path / "b/m")
+    fresh = bootstrap(WorldConfig(models_dir=tmp_path / "c", models=spec, seed=1,
+                                  tasks={"train_per_cell": 10, "eval_per_cell": 2}))
+    c = AutoModelForCausalLM.from_pretrained(fresh[0])
+    for (name, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(pa, pb), name
+    assert any(not torch.equal(pa, pc) for pa, pc in zip(a.parameters(), c.parameters()))
+    assert bootstrap(worlds[0]) == []  # present models are not rebuilt
+
+
+def test_batched_left_padded_generation_matches_one_by_one(tiny_models_dir):
+    _, evals = build_suite(1234, 30, 2)
+    prompts = evals[:12]  # prompts of different lengths, so the batch is padded
+    assert len({len(p.text) for p in prompts}) > 1
+    params = SamplingParams(max_new_tokens=8)
+    batched = create_player("transformers", "scribe", path=str(tiny_models_dir / "scribe"), batch_size=64)
+    single = create_player("transformers", "scribe", path=str(tiny_models_dir / "scribe"), batch_size=1)
+    got = batched.generate(prompts, params)
+    want = single.generate(prompts, params)
+    assert [g.text for g in got] == [g.text for g in want]
+    assert [g.prompt_id for g in got] == [p.id for p in prompts]
+    assert all(g.ok and g.player == "scribe" for g in got)
+
+
+def test_registry_suggests_close_names_and_takes_module_paths():
+    with pytest.raises(ValueError, match="did you mean 'transformers'"):
+        resolve("transformer")
+    assert resolve("flywheel.players.hf:TransformersPlayer").__name__ == "TransformersPlayer"
+    with pytest.raises(ValueError, match="no attribute"):
+        resolve("flywheel.players.hf:Nope")

@@ -1,0 +1,93 @@
+import math
+
+import numpy as np
+import pytest
+
+from flywheel.ratings import leaderboard, online_elo
+
+
+def simulate(strengths, n, seed=0, tie_rate=0.1):
+    rng = np.random.default_rng(seed)
+    names = list(strengths)
+    a = rng.integers(0, len(names), n)
+    b = (a + rng.integers(1, len(names), n)) % len(names)
+    sa = np.array([strengths[names[i]] for i in a])
+    sb = np.array([strengths[names[i]] for i in b])
+    p = 1 / (1 + 10 ** ((sb - sa) / 400))
+    u = rng.random(n)
+    winner = np.where(u < tie_rate, "tie", np.where(rng.random(n) < p, "model_a", "model_b"))
+    return [names[i] for i in a], [names[i] for i in b], list(winner)
+
+
+def classic_mle(a, b, w):
+    """Chatbot Arena's published recipe: logistic regression over battle rows, ties as half."""
+    from scipy.optimize import minimize
+
+    models = sorted(set(a) | set(b))
+    idx = {m: i for i, m in enumerate(models)}
+    ia, ib = np.array([idx[x] for x in a]), np.array([idx[x] for x in b])
+    y = np.array([{"model_a": 1.0, "model_b": 0.0}.get(x, 0.5) for x in w])
+    ln = math.log(10)
+
+    def f(beta):
+        d = ln * (beta[ia] - beta[ib])
+        p = 1 / (1 + np.exp(-d))
+        loss = -(y * np.log(p) + (1 - y) * np.log(1 - p)).sum()
+        g = np.zeros_like(beta)
+        np.add.at(g, ia, -(y - p) * ln)
+        np.add.at(g, ib, (y - p) * ln)
+        return loss, g
+
+    beta = minimize(f, np.zeros(len(models)), jac=True, method="L-BFGS-B", options={"gtol": 1e-10}).x
+    beta -= beta.mean()
+    return {m: 1000 + 400 * beta[i] for m, i in idx.items()}
+
+
+def test_point_estimates_match_the_classic_method():
+    a, b, w = simulate({"x": 1200, "y": 1100, "z": 1000, "u": 900, "v": 850}, 20000)
+    ours = {r.model: r.rating for r in leaderboard(a, b, w, rounds=0)}
+    ref = classic_mle(a, b, w)
+    for m in ref:
+        assert abs(ours[m] - ref[m]) < 0.5, (m, ours[m], ref[m])
+
+
+def test_recovers_true_gaps_with_cis_that_cover_them():
+    truth = {"x": 1200, "y": 1100, "z": 1000}
+    board = leaderboard(*simulate(truth, 30000, tie_rate=0.0), rounds=100, seed=3)
+    got = {r.model: r for r in board}
+    assert [r.model for r in board] == ["x", "y", "z"]
+    assert abs((got["x"].rating - got["z"].rating) - 200) < 25
+    for r in board:
+        assert r.lower <= r.rating <= r.upper
+        assert r.upper - r.lower < 40
+    assert [r.rank for r in board] == [1, 2, 3]
+
+
+def test_mean_rating_is_1000_and_ties_are_half_wins():
+    board = leaderboard(["a", "a"], ["b", "b"], ["tie", "tie (bothbad)"], rounds=10)
+    assert all(abs(r.rating - 1000) < 1e-6 for r in board)
+    board = leaderboard(["a"] * 3, ["b"] * 3, ["model_a", "model_b", "tie"], rounds=0)
+    assert abs(board[0].rating - 1000) < 1e-6 and board[0].ties == 1
+
+
+def test_never_loses_stays_finite_and_on_top():
+    board = leaderboard(["a"] * 20 + ["b"] * 20, ["b"] * 20 + ["c"] * 20, ["model_a"] * 20 + ["tie"] * 20, rounds=20)
+    assert board[0].model == "a"
+    assert all(math.isfinite(x) for r in board for x in (r.rating, r.lower, r.upper))
+
+
+def test_zero_battles_and_unknown_winner():
+    assert leaderboard([], [], []) == []
+    with pytest.raises(ValueError, match="unknown winner"):
+        leaderboard(["a"], ["b"], ["a"])
+
+
+def test_bootstrap_is_seeded():
+    a, b, w = simulate({"x": 1100, "y": 1000, "z": 950}, 2000)
+    assert leaderboard(a, b, w, rounds=30, seed=5) == leaderboard(a, b, w, rounds=30, seed=5)
+    assert leaderboard(a, b, w, rounds=30, seed=5) != leaderboard(a, b, w, rounds=30, seed=6)
+
+
+def test_online_elo_moves_toward_the_winner():
+    r = online_elo(["a"] * 10, ["b"] * 10, ["model_a"] * 10, k_factor=16)
+    assert r["a"] > 1000 > r["b"] and abs(r["a"] + r["b"] - 2000) < 1e-9

@@ -1,0 +1,47 @@
+"""A run killed mid-iteration (SIGKILL, no clean-up) resumes with no battle lost or duplicated."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from flywheel.arena import read_plan
+from flywheel.store import RunStore
+
+
+def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env):
+    cfg, path = tiny_config(run__name="killed", select__battles_per_iteration=96)
+    run_dir = cfg.run.root / "killed"
+    cmd = [sys.executable, "-m", "flywheel.cli", "run", str(path)]
+    proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    first_shard = run_dir / "battles" / "iter-0001-train-00000.parquet"
+    deadline = time.time() + 240
+    while not first_shard.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
+    os.killpg(proc.pid, signal.SIGKILL)  # the flow and its temporary Prefect server
+    proc.wait()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [e["iteration"] for e in summary["iterations"]] == [0]  # killed inside iteration 1
+
+    resumed = subprocess.run(cmd[:-1] + ["--resume", str(run_dir)], env=cli_env, capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Eval leaderboard" in resumed.stdout
+
+    store = RunStore(run_dir)
+    for k in (1, 2):
+        plan = [s.battle_id for s in read_plan(store, k)]
+        logged = [b.battle_id for b in store.battles(k, "train")]
+        assert len(plan) == 96
+        assert sorted(logged) == sorted(plan), "battles lost or duplicated"
+        judged = store.judgments(k, "train")
+        assert set(judged) == set(plan)
+    eval_ids = [b.battle_id for b in store.battles(None, "eval")]
+    assert len(eval_ids) == len(set(eval_ids))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [e["iteration"] for e in summary["iterations"]] == [0, 1, 2]
+    assert all(e["battles"] == 96 for e in summary["iterations"][1:])

@@ -1,0 +1,40 @@
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+
+from flywheel.config import TrainConfig
+from flywheel.training import train_version
+
+SFT = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
+                         "completion": ["15", "cba", "123", "8"] * 4})
+DPO = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
+                         "chosen": ["15", "cba", "123", "8"] * 4,
+                         "rejected": ["16", "abc", "321", "9"] * 4})
+
+
+def changed(base, out) -> list[str]:
+    a = dict(AutoModelForCausalLM.from_pretrained(base).named_parameters())
+    b = dict(AutoModelForCausalLM.from_pretrained(out).named_parameters())
+    return [n for n in a if not torch.equal(a[n], b[n])]
+
+
+@pytest.mark.parametrize("method, lora", [("sft", False), ("dpo", False), ("sft", True)])
+def test_a_real_trl_step_changes_the_weights(tiny_models_dir, tmp_path, method, lora):
+    base = tiny_models_dir / "student"
+    out = tmp_path / "student@1"
+    cfg = TrainConfig(method=method, steps=2, batch_size=4, lora=lora, lora_r=4)
+    res = train_version(str(base), out, SFT, DPO, cfg, steps=2, seed=0)
+    assert res.steps == 2 and res.loss is not None and res.examples == 16
+    names = [n for n, _ in AutoModelForCausalLM.from_pretrained(base).named_parameters()]
+    moved = changed(base, out)
+    if lora:  # merged adapters move exactly the linear layers they wrap
+        assert moved and all(any(k in n for k in ("c_attn", "c_proj", "c_fc")) for n in moved)
+    else:
+        assert moved == names, set(names) - set(moved)
+
+
+def test_no_data_copies_the_version_forward(tiny_models_dir, tmp_path):
+    out = tmp_path / "student@1"
+    res = train_version(str(tiny_models_dir / "student"), out, None, None, TrainConfig(), steps=5, seed=0)
+    assert res.steps == 0 and changed(tiny_models_dir / "student", out) == []
