@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flywheel import pipeline
+from flywheel import pipeline, reports
 from flywheel.config import FlywheelConfig
 from flywheel.pipeline import Context
 from flywheel.tinymodels import bootstrap
@@ -67,7 +69,15 @@ def train(ctx: Context, k: int, steps: dict[str, int]) -> dict[str, Any]:
 @task(**TASK)
 def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     """The newest versions play the held-out eval split; accuracy and Elo with CIs."""
-    return pipeline.evaluate(ctx, k)
+    result = pipeline.evaluate(ctx, k)
+    key = "-".join(filter(None, re.split(r"[^a-z0-9]+", str(ctx.cfg.run.name).lower())))
+    rows = result["leaderboard"]
+    create_table_artifact(table=rows, key=f"leaderboard-{key}"[:100],
+                          description=f"Eval leaderboard of run {ctx.cfg.run.name} after iteration {k}")
+    create_markdown_artifact(
+        markdown=f"# {ctx.cfg.run.name}: eval leaderboard after iteration {k}\n\n" + reports.markdown_table(rows),
+        key=f"leaderboard-md-{key}"[:100], description=f"Eval leaderboard after iteration {k}")
+    return result
 
 
 @task(**TASK)

@@ -90,19 +90,161 @@ def bootstrap_cmd(
     typer.echo(f"{len(made)} model(s) built under {cfg.world.models_dir}")
 
 
+FORMATS = ("table", "json", "csv", "md")
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+
+
+def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
+    if anchor is None:
+        return None
+    model, sep, value = anchor.rpartition("=")
+    try:
+        if not sep or not model:
+            raise ValueError
+        return model, float(value)
+    except ValueError:
+        fail(f"--anchor {anchor!r}: expected MODEL=RATING, e.g. --anchor gpt-4=1200")
+    return None
+
+
+@app.command(name="rate")
+def rate_cmd(
+    file: Annotated[Path, typer.Argument(help="Battle log: .jsonl, .json, .csv or .parquet (Chatbot Arena layout).")],
+    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+    by: Annotated[Optional[str], typer.Option("--by", help="'category': one leaderboard per category.")] = None,
+    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap rounds for the CIs.")] = 100,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    ci: Annotated[float, typer.Option(min=0.5, max=0.999, help="Confidence level.")] = 0.95,
+    anchor: Annotated[Optional[str], typer.Option(help="Pin a model's rating: MODEL=RATING.")] = None,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (and say how many) instead of failing.")] = False,
+    fold_names: Annotated[bool, typer.Option("--fold-names", help="Merge names that differ only by case or spaces.")] = False,
+    matrix: Annotated[bool, typer.Option("--matrix", help="Print the win-rate and battle-count matrices.")] = False,
+    reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
+) -> None:
+    """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
+    from flywheel.battlelog import BattleLogError, read_battles, read_reference
+    from flywheel.ratings import consistency, rate
+
+    _check_format(format)
+    if by not in (None, "category"):
+        fail(f"--by {by!r}: only 'category' is supported")
+    pinned = _parse_anchor(anchor)
+    try:
+        battles, bad = read_battles(file)
+        ref = read_reference(reference) if reference else None
+    except BattleLogError as e:
+        fail(str(e))
+    if bad and not skip_bad:
+        shown = "\n  ".join(str(b) for b in bad[:20])
+        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
+        fail(f"{file}: {len(bad)} bad row(s) (use --skip-bad to skip them):\n  {shown}{more}")
+    if bad:
+        typer.echo(f"skipped {len(bad)} bad row(s) of {len(bad) + len(battles)}", err=True)
+    if not battles:
+        fail(f"{file}: no battles to rate")
+    groups: dict[str, list] = {"all": battles}
+    if by == "category":
+        groups = {}
+        for b in battles:
+            groups.setdefault(b.category or "(none)", []).append(b)
+        groups = dict(sorted(groups.items()))
+    reports_by: dict = {}
+    try:
+        for name, rows in groups.items():
+            reports_by[name] = rate([b.model_a for b in rows], [b.model_b for b in rows], [b.winner for b in rows],
+                                    rounds=bootstrap, ci=ci, seed=seed, anchor=pinned, fold_names=fold_names)
+    except ValueError as e:
+        fail(str(e))
+    for name, rep in reports_by.items():
+        for w in rep.warnings:
+            typer.echo(f"warning{'' if by is None else f' ({name})'}: {w}", err=True)
+    if matrix:
+        rep = reports_by[next(iter(reports_by))] if by is None else None
+        if rep is None:
+            fail("--matrix works on the whole log; drop --by")
+        typer.echo(reports.render_matrix(rep.models, rep.win_rate, format, "win rate (row vs column, ties half)"))
+        typer.echo(reports.render_matrix(rep.models, rep.battle_counts, format, "battles"))
+        return
+    if by is None:
+        rows = reports_by["all"].rows()
+        if ref is None:
+            typer.echo(reports.render(rows, format))
+            return
+        try:
+            cons = consistency(reports_by["all"].ratings, ref)
+        except ValueError as e:
+            fail(str(e))
+        if format == "json":
+            typer.echo(json.dumps({"leaderboard": rows, "consistency": cons}, indent=2))
+        else:
+            typer.echo(reports.render(rows, format))
+            typer.echo("\nconsistency with the reference: " + json.dumps(cons))
+        return
+    typer.echo(reports.render_sections({n: r.rows() for n, r in reports_by.items()}, format))
+
+
+def _latest_ratings(run_dir: Path) -> tuple[int, list[dict]]:
+    files = sorted((run_dir / "ratings").glob("iter-[0-9][0-9][0-9][0-9].json"))
+    if not files:
+        fail(f"{run_dir}: no ratings yet (is it a run directory?)")
+    return int(files[-1].stem.split("-")[1]), json.loads(files[-1].read_text())
+
+
 @app.command()
 def elo(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
     format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+    history: Annotated[bool, typer.Option("--history", help="Every model version's Elo per iteration.")] = False,
+    by: Annotated[Optional[str], typer.Option("--by", help="'category': one leaderboard per category.")] = None,
+    subset: Annotated[Optional[str], typer.Option(help="Eval subset: diverse, hard or mix (WizardArena).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: Elo history with CI bands, win-rate heatmap.")] = None,
 ) -> None:
-    """Print a run's latest eval leaderboard."""
-    if format not in ("table", "json", "csv", "md"):
-        fail(f"--format {format!r}: expected table, json, csv or md")
-    files = sorted((run_dir / "ratings").glob("iter-[0-9][0-9][0-9][0-9].json"))
-    if not files:
-        fail(f"{run_dir}: no ratings yet (is it a run directory?)")
-    rows = json.loads(files[-1].read_text())
+    """A run's eval leaderboard (latest by default)."""
+    _check_format(format)
+    last, rows = _latest_ratings(run_dir)
+    if plot is not None:
+        _plot(run_dir, plot)
+        return
+    if history:
+        hist = read_json(run_dir / "ratings" / "history.json", {})
+        flat = [{"iteration": int(k), **r} for k in sorted(hist, key=int) for r in hist[k]]
+        typer.echo(reports.render(flat, format, reports.HISTORY_COLUMNS))
+        return
+    if by is not None:
+        if by != "category":
+            fail(f"--by {by!r}: only 'category' is supported")
+        from flywheel.config import load_config
+        from flywheel.pipeline import category_boards
+        from flywheel.store import RunStore
+
+        typer.echo(reports.render_sections(category_boards(RunStore(run_dir), load_config(run_dir / "config.yaml")), format))
+        return
+    if subset is not None:
+        boards = read_json(run_dir / "ratings" / f"iter-{last:04d}-subsets.json", {})
+        if subset == "all":
+            typer.echo(reports.render_sections({**boards, "all": rows}, format, key="subset"))
+            return
+        if subset not in boards:
+            fail(f"--subset {subset!r}: expected one of {', '.join(sorted(boards)) or '(none recorded)'} or all")
+        rows = boards[subset]
     typer.echo(reports.render(rows, format))
+
+
+def _plot(run_dir: Path, out: Path) -> None:
+    from flywheel.pipeline import columns, rated_battles
+    from flywheel.plots import plot_run
+    from flywheel.ratings import rate
+    from flywheel.store import RunStore
+
+    hist = read_json(run_dir / "ratings" / "history.json", {})
+    summary = read_json(run_dir / "summary.json", {})
+    rep = rate(*columns(rated_battles(RunStore(run_dir), None, "eval")), rounds=0)
+    plot_run(hist, summary.get("targets", []), rep.models, rep.win_rate, out)
+    typer.echo(f"wrote {out}")
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from flywheel import reports
 from flywheel.allocation import allocate
 from flywheel.arena import arm_of, judge_pending, play, read_plan, seat, select_uniform, write_plan
 from flywheel.config import FlywheelConfig, dump_config
+from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
 from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
 from flywheel.ratings import leaderboard, online_elo
 from flywheel.records import BattleSpec, Prompt, stable_id
@@ -30,7 +31,7 @@ from flywheel.store import RunStore, atomic_write_json, atomic_write_text, iter_
 from flywheel.training import train_version
 from flywheel.world import Roster, prompt_pools, split_version, versioned
 from judges.base import PairwiseJudge
-from judges.verifier import VerifierJudge, normalize
+from judges.verifier import VerifierJudge
 
 log = logging.getLogger("flywheel")
 
@@ -186,11 +187,28 @@ def judge(ctx: Context, k: int) -> dict[str, Any]:
     return {"judged": len(js), "new": new, "outcomes": counts}
 
 
+@dataclass(frozen=True)
+class RatedBattle:
+    model_a: str
+    model_b: str
+    winner: str
+    category: str
+    prompt_id: str
+
+
+def rated_battles(store: RunStore, k: int | None, phase: str) -> list[RatedBattle]:
+    """Judged battles with a valid verdict (failed and invalid ones never count)."""
+    js = store.judgments(k, phase)
+    return [RatedBattle(b.model_a, b.model_b, js[b.battle_id].winner, b.category, b.prompt_id)  # type: ignore[arg-type]
+            for b in store.battles(k, phase) if b.battle_id in js and js[b.battle_id].valid]
+
+
+def columns(rows: list[RatedBattle]) -> tuple[list[str], list[str], list[str]]:
+    return [r.model_a for r in rows], [r.model_b for r in rows], [r.winner for r in rows]
+
+
 def _rated(ctx: Context, k: int | None, phase: str) -> tuple[list[str], list[str], list[str]]:
-    battles = ctx.store.battles(k, phase)
-    js = ctx.store.judgments(k, phase)
-    rows = [(b.model_a, b.model_b, js[b.battle_id].winner) for b in battles if b.battle_id in js and js[b.battle_id].valid]
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]  # type: ignore[misc]
+    return columns(rated_battles(ctx.store, k, phase))
 
 
 @_stage("rate")
@@ -253,15 +271,6 @@ def train(ctx: Context, k: int, steps: dict[str, int]) -> dict[str, Any]:
     return out
 
 
-def _accuracy(responses: dict[str, str], prompts: list[Prompt]) -> tuple[float, dict[str, float]]:
-    by_cat: dict[str, list[bool]] = {}
-    for p in prompts:
-        ok = p.id in responses and normalize(responses[p.id]) == normalize(p.reference or "")
-        by_cat.setdefault(p.category, []).append(ok)
-    total = [x for v in by_cat.values() for x in v]
-    return round(sum(total) / len(total), 4), {c: round(sum(v) / len(v), 4) for c, v in sorted(by_cat.items())}
-
-
 @_stage("evaluate")
 def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     """Every target's newest version answers the held-out eval split and battles each opponent;
@@ -284,12 +293,15 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     for bt in ctx.store.battles(k, "eval"):
         responses.setdefault(bt.model_a, {})[bt.prompt_id] = bt.response_a
         responses.setdefault(bt.model_b, {})[bt.prompt_id] = bt.response_b
+    subsets = _subset_boards(ctx, k, {m: responses.get(m, {}) for m in ctx.roster.opponents})
     evals: dict[str, Any] = {}
     for m in versions + ctx.roster.opponents:
-        acc, by_cat = _accuracy(responses.get(m, {}), ctx.eval_split)
+        acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split)
         r = by_model.get(m)
         evals[m] = {"accuracy": acc, "accuracy_by_category": by_cat,
-                    "elo": r.rating if r else None, "elo_ci": [r.lower, r.upper] if r else None}
+                    "elo": r.rating if r else None, "elo_ci": [r.lower, r.upper] if r else None,
+                    "elo_by_subset": {name: next((x["rating"] for x in rows if x["model"] == m), None)
+                                      for name, rows in subsets.items()}}
     rows = [r.to_dict() for r in board]
     atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}.json", rows)
     atomic_write_text(ctx.store.root / "ratings" / f"{iter_name(k)}.md",
@@ -298,6 +310,37 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     history[str(k)] = rows
     atomic_write_json(ctx.store.root / "ratings" / "history.json", history)
     return {"eval": evals, "leaderboard": rows}
+
+
+def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, str]]) -> dict[str, list[dict]]:
+    """Elo on the eval split's diverse and hard subsets and their mix (WizardArena's test sets).
+    The subsets are fixed the first time (from the opponents' answers) and kept in ratings/."""
+    path = ctx.store.root / "ratings" / "eval-subsets.json"
+    subsets = read_json(path)
+    if subsets is None:
+        subsets = {"rules": SUBSET_RULES, "prompt_ids": eval_subsets(ctx.eval_split, reference_answers)}
+        atomic_write_json(path, subsets)
+    every = rated_battles(ctx.store, None, "eval")
+    rc = ctx.cfg.rating
+    boards = {}
+    for name, ids in subsets["prompt_ids"].items():
+        chosen = set(ids)
+        rows = [r for r in every if r.prompt_id in chosen]
+        boards[name] = [x.to_dict() for x in leaderboard(*columns(rows), rc.bootstrap_rounds, rc.ci,
+                                                         ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)]
+    atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}-subsets.json", boards)
+    return boards
+
+
+def category_boards(store: RunStore, cfg: FlywheelConfig, phase: str = "eval") -> dict[str, list[dict]]:
+    """Eval leaderboards per task category, over all of a run's eval battles."""
+    rc = cfg.rating
+    by_cat: dict[str, list[RatedBattle]] = {}
+    for r in rated_battles(store, None, phase):
+        by_cat.setdefault(r.category, []).append(r)
+    return {c: [x.to_dict() for x in leaderboard(*columns(rows), rc.bootstrap_rounds, rc.ci,
+                                                 cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)]
+            for c, rows in sorted(by_cat.items())}
 
 
 @_stage("allocate")

@@ -2,33 +2,40 @@
 
 Layered like the classic arena code (preprocess -> fit -> compute -> bootstrap), but the battle
 log is aggregated once into cell counts, so the fit and every bootstrap round cost O(K^2)
-regardless of the number of battles, and all bootstrap rounds are fitted together:
+whatever the number of battles, and all bootstrap rounds are fitted together:
 
+- ``canonical_names``: model names, checked for spellings that differ only by case or spaces.
 - ``encode``: battle rows -> model index arrays and outcomes (1 = A won, 0 = B won, 0.5 = tie).
 - ``cell_counts``: the distinct (a, b, outcome) cells and how often each occurs.
 - ``points_matrix``: cells -> ``W[..., i, j]``, the points model i scored against model j
-  (a tie gives half a point to each side).
+  (a tie gives half a point to each side, as Chatbot Arena counts it).
 - ``fit_bt``: maximum likelihood log-strengths for one or many ``W`` at once (batched Newton).
 - ``bootstrap``: resampling battles with replacement is a multinomial draw over the cells.
-- ``leaderboard``: everything above, to typed ``Rating`` rows.
+- ``rate``: all of the above -> a ``RatingReport`` (typed rows, matrices, warnings).
 
-Scale: ``rating = init + scale * log_base(strength)``, strengths centred so the mean rating is
-``init`` (base 10, scale 400, init 1000 by default, as Chatbot Arena does).
+Scale: ``rating = init + scale * log_base(strength)``; base 10, scale 400, init 1000 by default.
+Within each connected group of models the mean rating is ``init``, unless an anchor pins one
+model's rating. A weak prior (``prior`` virtual ties of every model against an ``init``-rated
+reference) keeps a model that never lost, or never won, finite; on real logs it moves ratings
+by far less than 0.1 Elo.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 OUTCOME = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
+PRIOR = 0.1
 
 
 @dataclass(frozen=True)
 class Rating:
+    """One leaderboard row."""
+
     model: str
     rating: float
     lower: float
@@ -38,83 +45,160 @@ class Rating:
     wins: int
     losses: int
     ties: int
+    group: int = 1
+    note: str = ""
 
     @property
     def win_rate(self) -> float:
+        """Share of battles won outright (ties are not wins)."""
         return self.wins / self.battles if self.battles else 0.0
 
     def to_dict(self) -> dict:
         return {**asdict(self), "win_rate": round(self.win_rate, 4)}
 
 
+@dataclass(frozen=True)
+class RatingReport:
+    """A leaderboard plus the matrices behind it. ``models`` orders the matrices' rows/columns."""
+
+    ratings: list[Rating]
+    models: list[str]
+    win_rate: list[list[float | None]]  # [i][j]: i's score vs j (ties half), None if never met
+    battle_counts: list[list[int]]
+    warnings: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[dict]:
+        return [r.to_dict() for r in self.ratings]
+
+
+# -- preprocess ---------------------------------------------------------------------------------
+def _name_key(name: str) -> str:
+    return "".join(name.split()).casefold()
+
+
+def canonical_names(names: Sequence[str], fold: bool = False) -> dict[str, str]:
+    """Map each spelling to its model name. Spellings that differ only by case or spaces are an
+    error, unless ``fold``: then they merge under the most frequent spelling."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    groups: dict[str, list[str]] = {}
+    for n in counts:
+        groups.setdefault(_name_key(n), []).append(n)
+    clashes = [g for g in groups.values() if len(g) > 1]
+    if clashes and not fold:
+        shown = "; ".join(" / ".join(repr(n) for n in sorted(g)) for g in clashes[:5])
+        raise ValueError(f"model names that differ only by case or spaces: {shown} "
+                         "(fix the log, or merge them with --fold-names)")
+    out = {}
+    for g in groups.values():
+        best = max(g, key=lambda n: (counts[n], n == n.strip(), n))
+        out.update({n: best for n in g})
+    return out
+
+
 def encode(
-    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str]
+    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], fold_names: bool = False
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Battle columns -> (models, a_idx int64[N], b_idx int64[N], outcome float64[N])."""
-    models = sorted(set(model_a) | set(model_b))
+    canon = canonical_names(list(model_a) + list(model_b), fold_names)
+    models = sorted(set(canon.values()))
     index = {m: i for i, m in enumerate(models)}
-    a = np.fromiter((index[m] for m in model_a), dtype=np.int64, count=len(model_a))
-    b = np.fromiter((index[m] for m in model_b), dtype=np.int64, count=len(model_b))
+    a = np.fromiter((index[canon[m]] for m in model_a), dtype=np.int64, count=len(model_a))
+    b = np.fromiter((index[canon[m]] for m in model_b), dtype=np.int64, count=len(model_b))
     try:
         y = np.fromiter((OUTCOME[w] for w in winner), dtype=np.float64, count=len(winner))
     except KeyError as e:
         raise ValueError(f"unknown winner {e.args[0]!r}; expected one of {list(OUTCOME)}") from None
+    if np.any(a == b):
+        raise ValueError(f"a model cannot battle itself ({models[int(a[np.argmax(a == b)])]!r})")
     return models, a, b, y
 
 
 def cell_counts(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct cells ``(a * k + b) * 3 + outcome_code`` (int64[M]) and their counts (int64[M])."""
     code = np.rint(y * 2).astype(np.int64)  # 0 = B won, 1 = tie, 2 = A won
-    keys = (a * k + b) * 3 + code
-    cells, counts = np.unique(keys, return_counts=True)
+    cells, counts = np.unique((a * k + b) * 3 + code, return_counts=True)
     return cells, counts
 
 
 def points_matrix(k: int, cells: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``W[..., i, j]``: points of i against j. ``counts`` is int[M] or int[R, M] (R rounds)."""
-    code = cells % 3
-    pair = cells // 3
+    pair, code = cells // 3, cells % 3
     a, b = pair // k, pair % k
+    pts_a = code / 2.0
     counts = np.asarray(counts, dtype=np.float64)
-    lead = counts.shape[:-1]
-    w = np.zeros(lead + (k * k,), dtype=np.float64)
-    pts_a = code / 2.0  # A's points per battle in this cell
     flat = counts.reshape(-1, counts.shape[-1])
-    wf = w.reshape(-1, k * k)
-    for r in range(flat.shape[0]):
-        wf[r] = np.bincount(a * k + b, weights=flat[r] * pts_a, minlength=k * k)
-        wf[r] += np.bincount(b * k + a, weights=flat[r] * (1 - pts_a), minlength=k * k)
-    return w.reshape(lead + (k, k))
+    # One bincount over (round, pair) indices for all rounds at once.
+    r = np.arange(flat.shape[0])[:, None] * (k * k)
+    idx_ab = (r + (a * k + b)[None, :]).ravel()
+    idx_ba = (r + (b * k + a)[None, :]).ravel()
+    size = flat.shape[0] * k * k
+    w = np.bincount(idx_ab, weights=(flat * pts_a).ravel(), minlength=size)
+    w += np.bincount(idx_ba, weights=(flat * (1 - pts_a)).ravel(), minlength=size)
+    return w.reshape(counts.shape[:-1] + (k, k))
 
 
-def fit_bt(w: np.ndarray, ridge: float = 1e-6, max_iter: int = 100, tol: float = 1e-10) -> np.ndarray:
-    """Maximum likelihood log-strengths (natural log) for ``W[..., K, K]``, centred to mean 0.
+# -- fit ----------------------------------------------------------------------------------------
+def fit_bt(w: np.ndarray, prior: float = PRIOR, max_iter: int = 100, tol: float = 1e-9) -> np.ndarray:
+    """Maximum a posteriori log-strengths (natural log) for ``W[..., K, K]``.
 
-    Batched Newton steps on the concave log-likelihood; each step is clipped so that models that
-    never lose (or never win) move steadily instead of diverging, and a tiny ridge keeps those
-    estimates finite. Models with no battles stay at 0.
+    Batched Newton steps on a strictly concave objective: the Bradley-Terry log-likelihood plus
+    ``prior`` virtual ties of each model against a reference at 0. Steps are clipped, so models
+    that never lose (or never win) move steadily instead of overshooting. Not centred: see
+    ``center``.
     """
     w = np.asarray(w, dtype=np.float64)
     lead, k = w.shape[:-2], w.shape[-1]
     w = w.reshape((-1, k, k))
     n = w + np.swapaxes(w, 1, 2)
-    theta = np.zeros(w.shape[:2])
     wins = w.sum(axis=2)
+    theta = np.zeros(w.shape[:2])
     eye = np.eye(k)
     for _ in range(max_iter):
-        diff = theta[:, :, None] - theta[:, None, :]
-        p = 1.0 / (1.0 + np.exp(-diff))
-        grad = wins - (n * p).sum(axis=2) - ridge * theta
+        p = 1.0 / (1.0 + np.exp(theta[:, None, :] - theta[:, :, None]))  # P(i beats j)
+        s = 1.0 / (1.0 + np.exp(-theta))  # P(i beats the reference)
+        grad = wins - (n * p).sum(axis=2) + prior * (0.5 - s)
         info = n * p * (1 - p)
-        hess = info - eye * (info.sum(axis=2)[:, :, None] + ridge)  # negative definite
+        hess = info - eye * (info.sum(axis=2) + prior * s * (1 - s))[:, :, None]
         step = np.linalg.solve(hess, -grad[:, :, None])[:, :, 0]
         biggest = np.abs(step).max(axis=1, keepdims=True)
-        step = step * np.minimum(1.0, 2.0 / np.maximum(biggest, 1e-300))
-        theta = theta + step
+        theta = theta + step * np.minimum(1.0, 2.0 / np.maximum(biggest, 1e-300))
         if biggest.max() < tol:
             break
-    theta = theta - theta.mean(axis=1, keepdims=True)
     return theta.reshape(lead + (k,))
+
+
+def groups(n: np.ndarray) -> np.ndarray:
+    """Connected groups of the comparison graph (``n[i, j] > 0``): int64[K] labels from 0."""
+    k = n.shape[0]
+    label = -np.ones(k, dtype=np.int64)
+    g = 0
+    for start in range(k):
+        if label[start] >= 0:
+            continue
+        stack = [start]
+        label[start] = g
+        while stack:
+            i = stack.pop()
+            for j in np.nonzero(n[i] > 0)[0]:
+                if label[j] < 0:
+                    label[j] = g
+                    stack.append(j)
+        g += 1
+    return label
+
+
+def center(theta: np.ndarray, label: np.ndarray, anchor: tuple[int, float] | None = None) -> np.ndarray:
+    """Shift each group to mean 0, or (for the anchor's group) so the anchor sits at its value."""
+    theta = np.array(theta, dtype=np.float64, copy=True)
+    for g in np.unique(label):
+        cols = label == g
+        if anchor is not None and cols[anchor[0]]:
+            theta[..., cols] -= theta[..., [anchor[0]]] - anchor[1]
+        else:
+            theta[..., cols] -= theta[..., cols].mean(axis=-1, keepdims=True)
+    return theta
 
 
 def to_elo(theta: np.ndarray, scale: float = 400.0, base: float = 10.0, init: float = 1000.0) -> np.ndarray:
@@ -122,15 +206,17 @@ def to_elo(theta: np.ndarray, scale: float = 400.0, base: float = 10.0, init: fl
 
 
 def bootstrap(
-    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, ridge: float = 1e-6
+    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float = PRIOR
 ) -> np.ndarray:
-    """Log-strengths of ``rounds`` bootstrap resamples of the battles, float64[rounds, K]."""
+    """Log-strengths of ``rounds`` bootstrap resamples of the battles, float64[rounds, K].
+
+    Drawing N battles with replacement from the log is a multinomial draw over its cells."""
     if rounds <= 0:
         return np.zeros((0, k))
     rng = np.random.default_rng(seed)
     total = int(counts.sum())
     draws = rng.multinomial(total, counts / total, size=rounds)
-    return fit_bt(points_matrix(k, cells, draws), ridge=ridge)
+    return fit_bt(points_matrix(k, cells, draws), prior=prior)
 
 
 def online_elo(
@@ -142,13 +228,13 @@ def online_elo(
     for ma, mb, w in zip(model_a, model_b, winner):
         ra, rb = r.setdefault(ma, init), r.setdefault(mb, init)
         ea = 1.0 / (1.0 + base ** ((rb - ra) / scale))
-        sa = OUTCOME[w]
-        r[ma] = ra + k_factor * (sa - ea)
-        r[mb] = rb + k_factor * ((1 - sa) - (1 - ea))
+        delta = k_factor * (OUTCOME[w] - ea)
+        r[ma], r[mb] = ra + delta, rb - delta
     return r
 
 
-def leaderboard(
+# -- compute ------------------------------------------------------------------------------------
+def rate(
     model_a: Sequence[str],
     model_b: Sequence[str],
     winner: Sequence[str],
@@ -158,37 +244,101 @@ def leaderboard(
     scale: float = 400.0,
     base: float = 10.0,
     init: float = 1000.0,
-) -> list[Rating]:
-    """Ratings with bootstrap CIs, best first. Rank = 1 + models whose lower bound beats our upper."""
+    anchor: tuple[str, float] | None = None,
+    prior: float = PRIOR,
+    fold_names: bool = False,
+) -> RatingReport:
+    """Ratings with bootstrap CIs (best first), the win-rate and battle-count matrices, warnings.
+
+    Rank = 1 + the number of models in the same group whose lower bound is above this model's
+    upper bound. Zero battles give an empty report."""
     if len(model_a) == 0:
-        return []
-    models, a, b, y = encode(model_a, model_b, winner)
+        return RatingReport([], [], [], [], ["no battles to rate"])
+    models, a, b, y = encode(model_a, model_b, winner, fold_names)
     k = len(models)
     cells, counts = cell_counts(k, a, b, y)
-    point = to_elo(fit_bt(points_matrix(k, cells, counts)), scale, base, init)
+    w = points_matrix(k, cells, counts)
+    n = w + w.T
+    label = groups(n)
+    anchor_ix = None
+    if anchor is not None:
+        if anchor[0] not in models:
+            raise ValueError(f"anchor model {anchor[0]!r} has no battles in this log")
+        anchor_ix = (models.index(anchor[0]), (anchor[1] - init) * math.log(base) / scale)
+    point = to_elo(center(fit_bt(w, prior), label, anchor_ix), scale, base, init)
     if rounds > 0:
-        boots = to_elo(bootstrap(k, cells, counts, rounds, seed), scale, base, init)
-        lower = np.quantile(boots, (1 - ci) / 2, axis=0)
-        upper = np.quantile(boots, 1 - (1 - ci) / 2, axis=0)
+        boots = to_elo(center(bootstrap(k, cells, counts, rounds, seed, prior), label, anchor_ix), scale, base, init)
+        lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
+        upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
     else:
         lower, upper = point.copy(), point.copy()
-    battles = np.bincount(a, minlength=k) + np.bincount(b, minlength=k)
-    wins = np.bincount(a, weights=y == 1.0, minlength=k) + np.bincount(b, weights=y == 0.0, minlength=k)
-    ties = np.bincount(a, weights=y == 0.5, minlength=k) + np.bincount(b, weights=y == 0.5, minlength=k)
+    battles = n.sum(axis=1).astype(int)
+    wins = (np.bincount(a, weights=y == 1.0, minlength=k) + np.bincount(b, weights=y == 0.0, minlength=k)).astype(int)
+    ties = (np.bincount(a, weights=y == 0.5, minlength=k) + np.bincount(b, weights=y == 0.5, minlength=k)).astype(int)
+    n_groups = int(label.max()) + 1
+    warnings = []
+    if n_groups > 1:
+        warnings.append(f"the comparison graph has {n_groups} disconnected groups of models; ratings compare "
+                        "only within a group (column 'group')")
     rows = []
     for i, m in enumerate(models):
-        rank = 1 + int(np.sum(lower > upper[i]))
-        rows.append(
-            Rating(
-                model=m,
-                rating=round(float(point[i]), 2),
-                lower=round(float(min(lower[i], point[i])), 2),
-                upper=round(float(max(upper[i], point[i])), 2),
-                rank=rank,
-                battles=int(battles[i]),
-                wins=int(wins[i]),
-                losses=int(battles[i] - wins[i] - ties[i]),
-                ties=int(ties[i]),
-            )
-        )
-    return sorted(rows, key=lambda r: (-r.rating, r.model))
+        same = label == label[i]
+        losses = int(battles[i] - wins[i] - ties[i])
+        note = "never lost" if losses == 0 and wins[i] > 0 else "never won" if wins[i] == 0 and losses > 0 else ""
+        rows.append(Rating(
+            model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
+            upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
+            battles=int(battles[i]), wins=int(wins[i]), losses=losses, ties=int(ties[i]),
+            group=int(label[i]) + 1, note=note,
+        ))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate_m = np.where(n > 0, w / np.where(n > 0, n, 1), np.nan)
+    win_rate = [[None if math.isnan(x) else round(float(x), 4) for x in row] for row in rate_m]
+    order = sorted(rows, key=lambda r: (r.group, -r.rating, r.model))
+    return RatingReport(order, models, win_rate, n.astype(int).tolist(), warnings)
+
+
+def leaderboard(model_a, model_b, winner, rounds=100, ci=0.95, seed=0, scale=400.0, base=10.0, init=1000.0,
+                **kw) -> list[Rating]:
+    """Just the rows of ``rate``."""
+    return rate(model_a, model_b, winner, rounds, ci, seed, scale, base, init, **kw).ratings
+
+
+# -- consistency with a reference ranking ---------------------------------------------------------
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    for v in np.unique(x):  # average ranks for ties
+        ranks[x == v] = ranks[x == v].mean()
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def consistency(ratings: list[Rating], reference: dict[str, float]) -> dict:
+    """Arena-Hard-style agreement with a reference ranking (higher reference score = better).
+
+    - ``spearman``: rank correlation over the models both rank;
+    - ``separability``: share of model pairs whose CIs do not overlap;
+    - ``agreement``: among those separable pairs, the share ordered as the reference orders them.
+    """
+    common = [r for r in ratings if r.model in reference]
+    if len(common) < 2:
+        raise ValueError("the reference shares fewer than 2 models with these ratings")
+    pairs = [(p, q) for i, p in enumerate(common) for q in common[i + 1 :]]
+    separable = [(p, q) for p, q in pairs if p.lower > q.upper or q.lower > p.upper]
+    agree = [(p, q) for p, q in separable
+             if (p.rating - q.rating) * (reference[p.model] - reference[q.model]) > 0]
+    return {
+        "models": len(common),
+        "spearman": round(spearman([r.rating for r in common], [reference[r.model] for r in common]), 4),
+        "separability": round(len(separable) / len(pairs), 4),
+        "agreement": round(len(agree) / len(separable), 4) if separable else None,
+        "missing_from_reference": sorted(r.model for r in ratings if r.model not in reference),
+    }

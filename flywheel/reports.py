@@ -9,6 +9,17 @@ from collections.abc import Sequence
 from typing import Any
 
 COLUMNS = ("rank", "model", "rating", "lower", "upper", "battles", "wins", "losses", "ties", "win_rate")
+HISTORY_COLUMNS = ("iteration", "rank", "model", "rating", "lower", "upper", "battles")
+
+
+def columns_for(rows: Sequence[dict[str, Any]], base: Sequence[str] = COLUMNS) -> tuple[str, ...]:
+    """``base`` plus ``group`` and ``note`` where some row needs them."""
+    cols = tuple(base)
+    if any(r.get("group", 1) != 1 for r in rows):
+        cols += ("group",)
+    if any(r.get("note") for r in rows):
+        cols += ("note",)
+    return cols
 
 
 def _cell(v: Any) -> str:
@@ -20,7 +31,8 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    line = lambda vals: "  ".join(v.rjust(w) if i != 1 else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
+    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category")}
+    line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
 
@@ -37,14 +49,43 @@ def csv_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) 
     return buf.getvalue()
 
 
-def render(rows: Sequence[dict[str, Any]], fmt: str) -> str:
+def render(rows: Sequence[dict[str, Any]], fmt: str, columns: Sequence[str] | None = None) -> str:
+    cols = tuple(columns) if columns else columns_for(rows)
     if fmt == "json":
         return json.dumps(list(rows), indent=2)
     if fmt == "md":
-        return markdown_table(rows)
+        return markdown_table(rows, cols)
     if fmt == "csv":
-        return csv_table(rows)
-    return text_table(rows)
+        return csv_table(rows, cols)
+    return text_table(rows, cols)
+
+
+def render_sections(sections: dict[str, Sequence[dict[str, Any]]], fmt: str, key: str = "category",
+                    columns: Sequence[str] | None = None) -> str:
+    """Several leaderboards (one per category, subset, ...): a flat list with a ``key`` column in
+    JSON and CSV, a titled table per section in text and markdown."""
+    if fmt in ("json", "csv"):
+        flat = [{key: name, **r} for name, rows in sections.items() for r in rows]
+        cols = (key,) + (tuple(columns) if columns else columns_for(flat))
+        return json.dumps(flat, indent=2) if fmt == "json" else csv_table(flat, cols)
+    parts = []
+    for name, rows in sections.items():
+        title = f"## {key}: {name}" if fmt == "md" else f"[{key}: {name}]"
+        parts.append(title + "\n\n" + render(rows, fmt, columns))
+    return "\n\n".join(parts)
+
+
+def render_matrix(models: Sequence[str], matrix: Sequence[Sequence[Any]], fmt: str, title: str) -> str:
+    """A square model x model matrix (row model vs column model)."""
+    if fmt == "json":
+        return json.dumps({"title": title, "models": list(models), "matrix": [list(r) for r in matrix]}, indent=2)
+    rows = [{"model": m, **{c: ("" if v is None else v) for c, v in zip(models, row)}} for m, row in zip(models, matrix)]
+    cols = ("model", *models)
+    if fmt == "csv":
+        return csv_table(rows, cols)
+    if fmt == "md":
+        return f"## {title}\n\n" + markdown_table(rows, cols)
+    return f"[{title}]\n" + text_table(rows, cols)
 
 
 def progress_table(summary: dict[str, Any]) -> str:

@@ -87,3 +87,47 @@ def test_a_run_directory_in_use_is_refused(finished_run):
             RunStore(finished_run.root).lock()
     finally:
         other.unlock()
+
+
+def test_each_iteration_publishes_leaderboard_artifacts(finished_run):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="leaderboard")))
+    kinds = {(a.key, a.type) for a in arts}
+    assert ("leaderboard-flow", "table") in kinds and ("leaderboard-md-flow", "markdown") in kinds
+    assert sum(a.key == "leaderboard-flow" for a in arts) == 3  # baseline + 2 iterations
+
+
+def test_eval_subsets_are_stratified_and_rated(finished_run):
+    root = finished_run.root
+    subsets = json.loads((root / "ratings" / "eval-subsets.json").read_text())
+    ids = subsets["prompt_ids"]
+    assert set(ids["mix"]) == set(ids["diverse"]) | set(ids["hard"])
+    evals = {b.prompt_id: b.category for b in finished_run.battles(0, "eval")}
+    assert {evals[i] for i in ids["diverse"]} == set(evals.values())  # every category is represented
+    boards = json.loads((root / "ratings" / "iter-0002-subsets.json").read_text())
+    assert set(boards) == {"diverse", "hard", "mix"} and all(boards.values())
+    summary = json.loads((root / "summary.json").read_text())
+    assert set(summary["iterations"][-1]["eval"]["student@2"]["elo_by_subset"]) == {"diverse", "hard", "mix"}
+
+
+def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path):
+    def elo(*args):
+        p = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(finished_run.root), *args],
+                           capture_output=True, text=True, env=cli_env, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    hist = json.loads(elo("--history", "--format", "json"))
+    assert {r["iteration"] for r in hist} == {0, 1, 2}
+    assert {r["model"] for r in hist if r["iteration"] == 2} >= {"student@0", "student@1", "student@2"}
+    cats = json.loads(elo("--by", "category", "--format", "json"))
+    assert {r["category"] for r in cats} == {"add", "sub", "mul", "rev", "sort", "count"}
+    hard = json.loads(elo("--subset", "hard", "--format", "json"))
+    assert hard and all("rating" in r for r in hard)
+    assert "subset: mix" in elo("--subset", "all", "--format", "md")
+    png = tmp_path / "elo.png"
+    assert "wrote" in elo("--plot", str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -91,3 +91,83 @@ def test_bootstrap_is_seeded():
 def test_online_elo_moves_toward_the_winner():
     r = online_elo(["a"] * 10, ["b"] * 10, ["model_a"] * 10, k_factor=16)
     assert r["a"] > 1000 > r["b"] and abs(r["a"] + r["b"] - 2000) < 1e-9
+
+
+# -- edge cases, anchors, groups, names ----------------------------------------------------------
+from flywheel.ratings import consistency, rate  # noqa: E402
+
+
+def finite(report):
+    return all(math.isfinite(x) for r in report.ratings for x in (r.rating, r.lower, r.upper))
+
+
+def test_never_wins_and_one_battle_are_finite_and_labelled():
+    rep = rate(["a"] * 5 + ["b"] * 5, ["b"] * 5 + ["c"] * 5, ["model_a"] * 5 + ["model_a"] * 5, rounds=20)
+    notes = {r.model: r.note for r in rep.ratings}
+    assert notes == {"a": "never lost", "b": "", "c": "never won"} and finite(rep)
+    assert [r.model for r in rep.ratings] == ["a", "b", "c"]
+    one = rate(["x"], ["y"], ["model_a"], rounds=20)
+    assert finite(one) and one.ratings[0].model == "x" and one.ratings[0].rating > one.ratings[1].rating
+
+
+def test_disconnected_groups_are_centred_ranked_and_flagged_separately():
+    a, b, w = ["a", "a", "c", "c"], ["b", "b", "d", "d"], ["model_a", "tie", "model_b", "model_b"]
+    rep = rate(a, b, w, rounds=20)
+    assert rep.warnings and "2 disconnected groups" in rep.warnings[0]
+    by = {r.model: r for r in rep.ratings}
+    assert by["a"].group == by["b"].group != by["c"].group == by["d"].group
+    for g in (("a", "b"), ("c", "d")):
+        assert abs((by[g[0]].rating + by[g[1]].rating) / 2 - 1000) < 1e-6
+    assert min(r.rank for r in rep.ratings if r.group == 2) == 1
+    assert finite(rep)
+
+
+def test_names_differing_by_case_or_spaces_are_an_error_unless_folded():
+    with pytest.raises(ValueError, match="differ only by case or spaces"):
+        rate(["GPT-4", "gpt-4 "], ["llama", "llama"], ["model_a", "model_a"])
+    rep = rate(["GPT-4", "GPT-4", "gpt-4 "], ["llama"] * 3, ["model_a"] * 3, rounds=0, fold_names=True)
+    assert {r.model for r in rep.ratings} == {"GPT-4", "llama"}
+    assert next(r for r in rep.ratings if r.model == "GPT-4").battles == 3
+
+
+def test_anchor_pins_a_model_and_shifts_everything_else_equally():
+    a, b, w = simulate({"x": 1200, "y": 1000, "z": 900}, 3000)
+    free = {r.model: r for r in rate(a, b, w, rounds=30, seed=1).ratings}
+    pinned = {r.model: r for r in rate(a, b, w, rounds=30, seed=1, anchor=("y", 1500)).ratings}
+    assert pinned["y"].rating == pinned["y"].lower == pinned["y"].upper == 1500
+    shift = pinned["x"].rating - free["x"].rating
+    assert abs((pinned["z"].rating - free["z"].rating) - shift) < 0.02
+    with pytest.raises(ValueError, match="anchor model"):
+        rate(a, b, w, anchor=("nobody", 1000))
+
+
+def test_matrices_count_battles_and_half_ties():
+    rep = rate(["a", "a", "b"], ["b", "b", "c"], ["model_a", "tie", "model_b"], rounds=0)
+    i = {m: n for n, m in enumerate(rep.models)}
+    assert rep.battle_counts[i["a"]][i["b"]] == 2 and rep.battle_counts[i["a"]][i["c"]] == 0
+    assert rep.win_rate[i["a"]][i["b"]] == 0.75 and rep.win_rate[i["b"]][i["a"]] == 0.25
+    assert rep.win_rate[i["a"]][i["c"]] is None and rep.win_rate[i["c"]][i["b"]] == 1.0
+
+
+def test_no_nan_or_inf_anywhere_in_a_report_of_awkward_logs():
+    awkward = [
+        (["a"], ["b"], ["tie"]),
+        (["a"] * 3, ["b"] * 3, ["model_a"] * 3),
+        (["a", "c"], ["b", "d"], ["model_b", "tie (bothbad)"]),
+    ]
+    for a, b, w in awkward:
+        rep = rate(a, b, w, rounds=25)
+        assert finite(rep) and all(r.rank >= 1 for r in rep.ratings)
+    assert rate([], [], []).ratings == [] and rate([], [], []).warnings == ["no battles to rate"]
+
+
+def test_consistency_report():
+    a, b, w = simulate({"x": 1300, "y": 1100, "z": 900, "u": 700}, 8000)
+    ratings = rate(a, b, w, rounds=30).ratings
+    same = consistency(ratings, {"x": 4, "y": 3, "z": 2, "u": 1, "other": 9})
+    assert same["spearman"] == 1.0 and same["separability"] == 1.0 and same["agreement"] == 1.0
+    flipped = consistency(ratings, {"x": 1, "y": 2, "z": 3, "u": 4})
+    assert flipped["spearman"] == -1.0 and flipped["agreement"] == 0.0
+    assert same["missing_from_reference"] == []
+    with pytest.raises(ValueError, match="fewer than 2"):
+        consistency(ratings, {"x": 1})

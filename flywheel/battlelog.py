@@ -1,0 +1,147 @@
+"""Read battle logs in the Chatbot Arena layout: ``model_a``, ``model_b``, ``winner``
+(``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), optional ``category``.
+
+JSONL, JSON (a list of records), CSV and Parquet. Every bad row is reported with where it is
+(the line for text formats, the row for Parquet); the caller decides whether to fail or skip.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flywheel.ratings import OUTCOME
+
+
+@dataclass(frozen=True)
+class ArenaBattle:
+    model_a: str
+    model_b: str
+    winner: str
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class BadRow:
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+class BattleLogError(ValueError):
+    """The file cannot be read as a battle log at all (format, missing columns)."""
+
+
+def _check(row: Any) -> ArenaBattle | str:
+    if not isinstance(row, dict):
+        return "not an object"
+    missing = [c for c in ("model_a", "model_b", "winner") if row.get(c) in (None, "")]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    a, b, w = row["model_a"], row["model_b"], row["winner"]
+    if not isinstance(a, str) or not isinstance(b, str):
+        return "model_a and model_b must be strings"
+    if w not in OUTCOME:
+        return f"winner {w!r} is not one of {', '.join(OUTCOME)}"
+    if a.strip() == b.strip():
+        return f"a model cannot battle itself ({a!r})"
+    cat = row.get("category")
+    return ArenaBattle(a, b, w, None if cat in (None, "") else str(cat))
+
+
+def _json_records(text: str) -> list[tuple[int, Any]]:
+    """(line, record) for each element of a top-level JSON array, with the line it starts on."""
+    dec = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if not text[i:].startswith("["):
+        raise BattleLogError("a JSON battle log must be a list of records")
+    i += 1
+    out = []
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text):
+            raise BattleLogError("the JSON list is not closed")
+        if text[i] == "]":
+            return out
+        line = text.count("\n", 0, i) + 1
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise BattleLogError(f"line {text.count(chr(10), 0, e.pos) + 1}: invalid JSON: {e.msg}") from None
+        out.append((line, obj))
+
+
+def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
+    """All good battles and all bad rows of a battle log; the format follows the extension."""
+    path = Path(path)
+    if not path.is_file():
+        raise BattleLogError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    rows: list[tuple[str, Any]] = []
+    if suffix in (".jsonl", ".ndjson"):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((f"line {n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                rows.append((f"line {n}", f"invalid JSON: {e.msg}"))
+    elif suffix == ".json":
+        rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8"))]
+    elif suffix in (".csv", ".tsv"):
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            cols = set(reader.fieldnames or [])
+            if not {"model_a", "model_b", "winner"} <= cols:
+                raise BattleLogError(f"{path}: the header needs model_a, model_b and winner (has {sorted(cols)})")
+            start = 2
+            for row in reader:
+                rows.append((f"line {start}", dict(row)))
+                start = reader.line_num + 1
+    elif suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        if not {"model_a", "model_b", "winner"} <= set(table.column_names):
+            raise BattleLogError(f"{path}: needs columns model_a, model_b and winner (has {table.column_names})")
+        rows = [(f"row {n}", r) for n, r in enumerate(table.to_pylist(), 1)]
+    else:
+        raise BattleLogError(f"{path}: unknown format {suffix!r}; use .jsonl, .json, .csv or .parquet")
+    good: list[ArenaBattle] = []
+    bad: list[BadRow] = []
+    for where, row in rows:
+        checked = _check(row) if not isinstance(row, str) else row
+        if isinstance(checked, str):
+            bad.append(BadRow(where, checked))
+        else:
+            good.append(checked)
+    return good, bad
+
+
+def read_reference(path: str | Path) -> dict[str, float]:
+    """A reference ranking: JSON (``{model: score}`` or a list of ``{model, rating|score}``) or a
+    CSV with ``model`` and ``rating`` (or ``score``) columns. Higher is better."""
+    path = Path(path)
+    if not path.is_file():
+        raise BattleLogError(f"{path}: no such file")
+    if path.suffix.lower() == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return {str(k): float(v) for k, v in data.items()}
+        records = data
+    else:
+        with path.open(newline="", encoding="utf-8") as f:
+            records = list(csv.DictReader(f))
+    out = {}
+    for n, r in enumerate(records, 1):
+        key = "rating" if "rating" in r else "score" if "score" in r else None
+        if "model" not in r or key is None:
+            raise BattleLogError(f"{path}: record {n} needs 'model' and 'rating' (or 'score')")
+        out[str(r["model"])] = float(r[key])
+    return out

@@ -1,0 +1,91 @@
+"""``flywheel rate`` on battle logs in every supported format."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.test_ratings import classic_mle, simulate
+
+
+def run(args, env, ok=True):
+    p = subprocess.run([sys.executable, "-m", "flywheel.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+    if ok:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+@pytest.fixture(scope="module")
+def log():
+    a, b, w = simulate({"gpt-4": 1150, "claude": 1100, "llama": 950, "mistral": 900}, 4000, seed=7)
+    cats = ["math" if i % 3 else "code" for i in range(len(a))]
+    return pd.DataFrame({"model_a": a, "model_b": b, "winner": w, "category": cats})
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "json", "csv", "parquet"])
+def test_every_format_matches_the_classic_method(log, tmp_path, cli_env, suffix):
+    path = tmp_path / f"battles.{suffix}"
+    {"jsonl": lambda: log.to_json(path, orient="records", lines=True),
+     "json": lambda: log.to_json(path, orient="records", indent=1),
+     "csv": lambda: log.to_csv(path, index=False),
+     "parquet": lambda: log.to_parquet(path)}[suffix]()
+    rows = json.loads(run(["rate", str(path), "--format", "json", "--bootstrap", "50"], cli_env).stdout)
+    ref = classic_mle(log.model_a, log.model_b, log.winner)
+    for r in rows:
+        assert {"model", "rating", "lower", "upper", "rank", "battles", "win_rate"} <= set(r)
+        assert abs(r["rating"] - ref[r["model"]]) < 0.5
+        assert r["lower"] <= r["rating"] <= r["upper"]
+    for fmt, marker in (("table", "rating"), ("md", "| rank |"), ("csv", "rank,model,rating")):
+        assert marker in run(["rate", str(path), "--format", fmt, "--bootstrap", "10"], cli_env).stdout
+
+
+def test_bad_rows_fail_with_line_numbers_unless_skipped(log, tmp_path, cli_env):
+    path = tmp_path / "b.jsonl"
+    lines = [json.dumps(r) for r in log.head(50).to_dict("records")]
+    lines.insert(3, json.dumps({"model_a": "x", "model_b": "y", "winner": "draw"}))
+    lines.insert(10, "{not json")
+    lines.insert(20, json.dumps({"model_a": "x", "winner": "tie"}))
+    path.write_text("\n".join(lines) + "\n")
+    p = run(["rate", str(path)], cli_env, ok=False)
+    assert p.returncode == 2
+    assert "line 4: winner 'draw'" in p.stderr and "line 11: invalid JSON" in p.stderr
+    assert "line 21: missing model_b" in p.stderr and "Traceback" not in p.stderr
+    p = run(["rate", str(path), "--skip-bad", "--bootstrap", "5"], cli_env)
+    assert "skipped 3 bad row(s)" in p.stderr and "gpt-4" in p.stdout
+
+
+def test_csv_and_json_bad_rows_name_their_lines(tmp_path, cli_env):
+    csv_path = tmp_path / "b.csv"
+    csv_path.write_text("model_a,model_b,winner\na,b,model_a\na,b,maybe\nb,a,tie\n")
+    assert "line 3: winner 'maybe'" in run(["rate", str(csv_path)], cli_env, ok=False).stderr
+    js = tmp_path / "b.json"
+    js.write_text('[\n {"model_a": "a", "model_b": "b", "winner": "tie"},\n {"model_a": "a", "model_b": "a", "winner": "tie"}\n]\n')
+    assert "line 3: a model cannot battle itself" in run(["rate", str(js)], cli_env, ok=False).stderr
+
+
+def test_by_category_anchor_matrix_and_reference(log, tmp_path, cli_env):
+    path = tmp_path / "b.parquet"
+    log.to_parquet(path)
+    rows = json.loads(run(["rate", str(path), "--by", "category", "--format", "json", "--bootstrap", "10"], cli_env).stdout)
+    assert {r["category"] for r in rows} == {"code", "math"} and len(rows) == 8
+    rows = json.loads(run(["rate", str(path), "--anchor", "llama=1200", "--format", "json", "--bootstrap", "10"], cli_env).stdout)
+    assert next(r for r in rows if r["model"] == "llama")["rating"] == 1200
+    mat = run(["rate", str(path), "--matrix", "--format", "json"], cli_env).stdout
+    win = json.loads(mat[: mat.index("\n}\n") + 2])
+    assert win["models"] == ["claude", "gpt-4", "llama", "mistral"] and win["matrix"][0][0] is None
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"gpt-4": 10, "claude": 9, "llama": 5, "mistral": 1}))
+    out = json.loads(run(["rate", str(path), "--reference", str(ref), "--format", "json", "--bootstrap", "20"], cli_env).stdout)
+    assert out["consistency"]["spearman"] == 1.0 and len(out["leaderboard"]) == 4
+    bad = run(["rate", str(path), "--anchor", "llama"], cli_env, ok=False)
+    assert bad.returncode == 2 and "MODEL=RATING" in bad.stderr
+
+
+def test_the_benchmark_runs_and_agrees_at_small_scale():
+    p = subprocess.run([sys.executable, "-m", "benchmarks.ratings", "--battles", "5000", "--models", "6",
+                        "--rounds", "4", "--workers", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    diff = float(p.stdout.split("largest point-estimate difference:")[1].split()[0])
+    assert diff < 0.1 and p.stdout.strip().splitlines()[-1].startswith("ratio: ")
