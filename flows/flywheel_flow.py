@@ -29,21 +29,21 @@ def ensure_models(ctx: Context) -> list[str]:
 
 
 @task(**TASK)
-def select(ctx: Context, k: int, budgets: dict[str, int]) -> dict[str, Any]:
-    """Choose prompts and opponents for the iteration's battles."""
-    return pipeline.select(ctx, k, budgets)
+def select(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> dict[str, Any]:
+    """The bandits choose one round of prompts and opponents."""
+    return pipeline.select(ctx, k, rnd, budgets)
 
 
 @task(**TASK)
-def battle(ctx: Context, k: int) -> dict[str, Any]:
+def battle(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
     """Targets and opponents answer the chosen prompts."""
-    return pipeline.battle(ctx, k)
+    return pipeline.battle(ctx, k, rnd)
 
 
 @task(**TASK)
-def judge(ctx: Context, k: int) -> dict[str, Any]:
-    """The judge decides every new battle."""
-    return pipeline.judge(ctx, k)
+def judge(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
+    """The judge decides every new battle; its verdicts reward the bandits."""
+    return pipeline.judge(ctx, k, rnd)
 
 
 @task(**TASK)
@@ -104,9 +104,10 @@ def flywheel(config: dict[str, Any], resume: str | None = None) -> str:
                 continue
             t0 = time.perf_counter()
             plan = pipeline.stage_result(ctx.store, k - 1, "allocate")
-            select(ctx, k, plan["battles"])
-            battle(ctx, k)
-            judge(ctx, k)
+            for rnd in range(1, ctx.cfg.select.rounds + 1):
+                select(ctx, k, rnd, plan["battles"])
+                battle(ctx, k, rnd)
+                judge(ctx, k, rnd)
             rate(ctx, k)
             curate(ctx, k)
             train(ctx, k, plan["train_steps"])

@@ -4,55 +4,30 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 
 from flywheel.records import Battle, BattleSpec, Generation, Prompt, stable_id
-from flywheel.store import RunStore
+from flywheel.store import RunStore, atomic_write_text
 from flywheel.world import Roster
 from judges.base import PairwiseJudge
 
 log = logging.getLogger("flywheel")
 
 
-def arm_of(p: Prompt) -> str:
-    """The selection arm a prompt belongs to: its category x difficulty cell."""
-    return f"{p.category}/L{p.level}"
-
-
-def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
-    """Randomised but reproducible A/B positions for a battle."""
-    return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
-
-
-def select_uniform(
-    pool: list[Prompt], target: str, opponents: list[str], budget: int, iteration: int, seed: int
-) -> list[BattleSpec]:
-    """``budget`` battles for ``target``: distinct prompts and opponents drawn uniformly."""
-    rng = random.Random(stable_id(seed, iteration, target))
-    prompts = rng.sample(pool, min(budget, len(pool)))
-    while len(prompts) < budget:  # a budget larger than the pool repeats prompts
-        prompts += rng.sample(pool, min(budget - len(prompts), len(pool)))
-    specs = []
-    for i, p in enumerate(prompts):
-        opponent = rng.choice(opponents)
-        key = stable_id(seed, iteration, "train", target, i, p.id, opponent)
-        a, b = seat(key, target, opponent)
-        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, arm_of(p)))
-    return specs
-
-
-def write_plan(store: RunStore, iteration: int, specs: list[BattleSpec]) -> None:
-    from flywheel.store import atomic_write_text
-
+def write_plan(store: RunStore, iteration: int, rnd: int, specs: list[BattleSpec]) -> None:
+    """The battles chosen in round ``rnd`` of an iteration (so a resumed run plays exactly these)."""
     text = "".join(json.dumps(s.to_row()) + "\n" for s in specs)
-    atomic_write_text(store.iter_dir(iteration) / "plan.jsonl", text)
+    atomic_write_text(store.iter_dir(iteration) / f"plan-r{rnd}.jsonl", text)
 
 
-def read_plan(store: RunStore, iteration: int) -> list[BattleSpec] | None:
-    path = store.iter_dir(iteration) / "plan.jsonl"
-    if not path.exists():
+def read_plan(store: RunStore, iteration: int, rnd: int | None = None) -> list[BattleSpec] | None:
+    """One round's planned battles, or (``rnd=None``) all rounds' in order; None if none yet."""
+    folder = store.iter_dir(iteration)
+    paths = [folder / f"plan-r{rnd}.jsonl"] if rnd is not None else sorted(
+        folder.glob("plan-r*.jsonl"), key=lambda p: int(p.stem.split("-r")[1]))
+    paths = [p for p in paths if p.exists()]
+    if not paths:
         return None
-    return [BattleSpec.from_row(json.loads(line)) for line in path.read_text().splitlines() if line]
+    return [BattleSpec.from_row(json.loads(line)) for p in paths for line in p.read_text().splitlines() if line]
 
 
 def generate_cached(roster: Roster, store: RunStore, player: str, prompts: list[Prompt]) -> dict[str, Generation]:

@@ -234,6 +234,27 @@ def elo(
     typer.echo(reports.render(rows, format))
 
 
+@app.command()
+def arms(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    iteration: Annotated[Optional[int], typer.Option(help="Iteration (default: the latest).")] = None,
+    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+) -> None:
+    """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
+    _check_format(format)
+    summary = read_json(run_dir / "summary.json", {})
+    entries = [e for e in summary.get("iterations", []) if e.get("bandit")]
+    if iteration is not None:
+        entries = [e for e in entries if e["iteration"] == iteration]
+    if not entries:
+        fail(f"{run_dir}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
+    e = entries[-1]
+    cols = ("arm", "battles", "share", "pulls", "effective_pulls", "value")
+    sections = {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()}
+    typer.echo(f"iteration {e['iteration']}, policy {read_json(run_dir / 'iter-{:04d}'.format(e['iteration']) / 'stages' / 'select-r1.json', {}).get('policy', '?')}", err=True)
+    typer.echo(reports.render_sections(sections, format, key="target", columns=cols))
+
+
 def _plot(run_dir: Path, out: Path) -> None:
     from flywheel.pipeline import columns, rated_battles
     from flywheel.plots import plot_run

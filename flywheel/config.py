@@ -87,8 +87,24 @@ class PlayerConfig(Strict):
 
 
 class SelectConfig(Strict):
-    policy: Literal["uniform"] = Field("uniform", description="How prompts/opponents are chosen.")
+    """How the flywheel chooses its training battles (see flywheel/selection.py)."""
+
+    policy: Literal["uniform", "ucb", "thompson", "gaussian", "exp3"] = Field(
+        "thompson", description="Bandit policy for prompt cells and per-cell opponents.")
+    opponents: Literal["bandit", "pfsp", "uniform"] = Field(
+        "bandit", description="Opponent choice: a per-cell bandit, PFSP weights, or uniform.")
+    reward: Literal["yield", "progress", "uncertainty"] = Field(
+        "yield", description="Bandit reward: training-data yield, |learning progress|, or p(1-p).")
     battles_per_iteration: int = Field(2000, ge=1, description="Train battles per target.")
+    rounds: int = Field(4, ge=1, description="Selection rounds per iteration (the bandit learns between them).")
+    discount: float = Field(0.8, gt=0, le=1, description="Per-round discount of the prompt bandit's past rewards "
+                            "(1 = none): the target changes, so old rewards go stale.")
+    opponent_discount: float = Field(1.0, gt=0, le=1, description="The same for the per-cell opponent bandits; "
+                                     "opponents do not change, so by default nothing is forgotten.")
+    window: int = Field(0, ge=0, description="Keep only the last W rounds of rewards (0 = all).")
+    exploration: float = Field(1.0, gt=0, description="Exploration strength (UCB's c, EXP3's gamma/0.1).")
+    pfsp_mode: Literal["hard", "variance"] = Field("hard", description="PFSP f(x): (1-x)^p or x(1-x).")
+    pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
 
 
 class JudgeConfig(Strict):

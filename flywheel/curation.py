@@ -107,7 +107,7 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
     sources: dict[str, int] = {}
     categories: dict[str, int] = {}
     for r in rows:
-        src = getattr(r, "source_model", None) or getattr(r, "chosen_model")
+        src = getattr(r, "source_model", None) or r.chosen_model
         sources[src] = sources.get(src, 0) + 1
         categories[r.category] = categories.get(r.category, 0) + 1
     rule = (

@@ -21,12 +21,14 @@ from typing import Any
 
 from flywheel import reports
 from flywheel.allocation import allocate
-from flywheel.arena import arm_of, judge_pending, play, read_plan, seat, select_uniform, write_plan
+from flywheel.arena import judge_pending, play, read_plan, write_plan
 from flywheel.config import FlywheelConfig, dump_config
 from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
 from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
 from flywheel.ratings import leaderboard, online_elo
 from flywheel.records import BattleSpec, Prompt, stable_id
+from flywheel import selection
+from flywheel.selection import Selector, arm_of, seat
 from flywheel.store import RunStore, atomic_write_json, atomic_write_text, iter_name, read_json
 from flywheel.training import train_version
 from flywheel.world import Roster, prompt_pools, split_version, versioned
@@ -59,6 +61,13 @@ class Context:
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
         return VerifierJudge()
+
+    @functools.cached_property
+    def pool_by_cell(self) -> dict[str, list[Prompt]]:
+        cells: dict[str, list[Prompt]] = {}
+        for p in self.train_pool:
+            cells.setdefault(arm_of(p), []).append(p)
+        return dict(sorted(cells.items()))
 
 
 # -- opening a run ------------------------------------------------------------------------------
@@ -123,12 +132,14 @@ def stage_result(store: RunStore, k: int, stage: str) -> dict[str, Any] | None:
     return read_json(_result_path(store, k, stage))
 
 
-def _stage(name: str) -> Callable:
-    """Run the stage unless its result is on disk; store the result and the stage's timing."""
+def _stage(base: str, per_round: bool = False) -> Callable:
+    """Run the stage unless its result is on disk; store the result and the stage's timing.
+    A ``per_round`` stage takes the round number after ``k`` and is recorded as ``<base>-r<n>``."""
 
     def wrap(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         @functools.wraps(fn)
         def run(ctx: Context, k: int, *args: Any) -> dict[str, Any]:
+            name = f"{base}-r{args[0]}" if per_round else base
             done = stage_result(ctx.store, k, name)
             if done is not None:
                 return done
@@ -151,40 +162,113 @@ def current_version(ctx: Context, target: str, k: int) -> str:
 
 
 # -- the stages ---------------------------------------------------------------------------------
-@_stage("select")
-def select(ctx: Context, k: int, budgets: dict[str, int]) -> dict[str, Any]:
-    """Choose this iteration's train battles (prompts x opponents) for every target."""
-    specs: list[BattleSpec] = read_plan(ctx.store, k) or []
+def round_budget(total: int, rounds: int, rnd: int) -> int:
+    """Battles in round ``rnd`` (1-based) when ``total`` are split over ``rounds``."""
+    return total // rounds + (1 if rnd <= total % rounds else 0)
+
+
+def _bandit_path(ctx: Context, target: str, k: int, rnd: int) -> Path:
+    return ctx.store.root / "bandits" / f"{iter_name(k)}-r{rnd}-{target}.json"
+
+
+def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
+    """The target's bandit state after the latest round before (k, rnd), or a fresh one."""
+    before = []
+    for path in (ctx.store.root / "bandits").glob(f"iter-*-r*-{target}.json"):
+        it, r = path.name.split("-")[1], path.name.split("-")[2]
+        key = (int(it), int(r[1:]))
+        if key < (k, rnd):
+            before.append((key, path))
+    if before:
+        return Selector.from_state(read_json(max(before)[1]))
+    return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell), ctx.roster.opponents)
+
+
+@_stage("select", per_round=True)
+def select(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> dict[str, Any]:
+    """Choose one round of train battles (prompt cells x opponents) for every target."""
+    cfg = ctx.cfg.select
+    specs: list[BattleSpec] = read_plan(ctx.store, k, rnd) or []
     if not specs:
+        earlier = read_plan(ctx.store, k) or []
         for t in ctx.roster.targets:
-            specs += select_uniform(ctx.train_pool, current_version(ctx, t, k), ctx.roster.opponents,
-                                    budgets[t], k, ctx.cfg.run.seed)
-        write_plan(ctx.store, k, specs)
+            n = round_budget(budgets[t], cfg.rounds, rnd)
+            version = current_version(ctx, t, k)
+            used = {s.prompt_id for s in earlier if version in (s.model_a, s.model_b)}
+            rates = {}
+            if cfg.opponents == "pfsp":
+                rates = selection.opponent_win_rates(ctx.store.battles(None, "train"), ctx.store.judgments(None, "train"),
+                                                     t, list(ctx.pool_by_cell), ctx.roster.opponents)
+            specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, version, n, k, rnd,
+                                          ctx.cfg.run.seed, used, rates)
+        write_plan(ctx.store, k, rnd, specs)
     arms: dict[str, int] = {}
-    for s in specs:
-        arms[s.arm] = arms.get(s.arm, 0) + 1
-    return {"battles": len(specs), "policy": ctx.cfg.select.policy, "arms": dict(sorted(arms.items()))}
+    for sp in specs:
+        arms[sp.arm] = arms.get(sp.arm, 0) + 1
+    return {"battles": len(specs), "policy": cfg.policy, "arms": dict(sorted(arms.items()))}
 
 
-@_stage("battle")
-def battle(ctx: Context, k: int) -> dict[str, Any]:
-    """Play the planned battles that are not in the battle log yet."""
-    specs = read_plan(ctx.store, k) or []
+@_stage("battle", per_round=True)
+def battle(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
+    """Play the round's planned battles that are not in the battle log yet."""
+    specs = read_plan(ctx.store, k, rnd) or []
     new = play(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
-    failed = sum(1 for b in ctx.store.battles(k, "train") if not b.ok)
-    return {"played": len(specs), "new": new, "failed": failed}
+    return {"planned": len(specs), "new": new}
 
 
-@_stage("judge")
-def judge(ctx: Context, k: int) -> dict[str, Any]:
-    """Judge this iteration's train battles that have no judgment yet."""
+@_stage("judge", per_round=True)
+def judge(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
+    """Judge the iteration's unjudged train battles, then feed the round's rewards to the bandits."""
     new = judge_pending(ctx.judge, ctx.store, k, "train")
     js = ctx.store.judgments(k, "train")
+    update_bandits(ctx, k, rnd, js)
     counts: dict[str, int] = {}
     for j in js.values():
         key = j.winner or "invalid"
         counts[key] = counts.get(key, 0) + 1
     return {"judged": len(js), "new": new, "outcomes": counts}
+
+
+def update_bandits(ctx: Context, k: int, rnd: int, judgments: dict) -> None:
+    """Update each target's bandits with round (k, rnd)'s rewards, once (the saved state marks it)."""
+    round_ids = {s.battle_id for s in read_plan(ctx.store, k, rnd) or []}
+    every = ctx.store.battles(k, "train")
+    battles = [b for b in every if b.battle_id in round_ids]
+    for t in ctx.roster.targets:
+        path = _bandit_path(ctx, t, k, rnd)
+        if path.exists():
+            continue
+        sel = load_selector(ctx, t, k, rnd)
+        previous = {}
+        if ctx.cfg.select.reward == "progress" and k > 1:
+            previous = selection.arm_scores(ctx.store.battles(k - 1, "train"), ctx.store.judgments(k - 1, "train"), t)
+        mine = [b for b in battles if t in (b.model_a.split("@")[0], b.model_b.split("@")[0])]
+        earlier = [b for b in every if b.battle_id not in round_ids and t in (b.model_a.split("@")[0], b.model_b.split("@")[0])]
+        yielded = set(p for p, _ in _lost_prompts(earlier, judgments, t))
+        sel.update(selection.feedback(ctx.cfg.select.reward, mine, judgments, t, previous, yielded))
+        atomic_write_json(path, sel.state())
+
+
+def _lost_prompts(battles, judgments, target: str):
+    for b in battles:
+        j = judgments.get(b.battle_id)
+        if j is not None and j.valid and b.ok and selection.target_score(b, j, target) == 0.0:
+            yield b.prompt, b.battle_id
+
+
+def bandit_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
+    """Per target and prompt arm: this iteration's battles and share, bandit pulls and value."""
+    specs = read_plan(ctx.store, k) or []
+    out = {}
+    for t in ctx.roster.targets:
+        mine = [s for s in specs if split_version(s.model_a)[0] == t or split_version(s.model_b)[0] == t]
+        counts: dict[str, int] = {}
+        for sp in mine:
+            counts[sp.arm] = counts.get(sp.arm, 0) + 1
+        sel = load_selector(ctx, t, k, 10**9)
+        out[t] = [{**st, "battles": counts.get(st["arm"], 0),
+                   "share": round(counts.get(st["arm"], 0) / max(len(mine), 1), 4)} for st in sel.prompt.stats()]
+    return out
 
 
 @dataclass(frozen=True)
@@ -362,17 +446,22 @@ def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
 def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
     """Append iteration ``k`` to summary.json (replacing an entry a killed run left behind)."""
     res = {s: stage_result(ctx.store, k, s) or {} for s in STAGES}
+    specs = read_plan(ctx.store, k) or []
+    arms: dict[str, int] = {}
+    for sp in specs:
+        arms[sp.arm] = arms.get(sp.arm, 0) + 1
     entry = {
         "iteration": k,
-        "battles": res["battle"].get("played", 0),
-        "failed_battles": res["battle"].get("failed", 0),
+        "battles": len(specs),
+        "failed_battles": sum(1 for b in ctx.store.battles(k, "train") if not b.ok),
         "sft_examples": res["curate"].get("sft_examples", 0),
         "dpo_pairs": res["curate"].get("dpo_pairs", 0),
         "train_steps": {t: res["train"].get(t, {}).get("steps", 0) for t in ctx.roster.targets},
         "eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" in m},
         "opponents_eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" not in m},
         "allocation": res["allocate"],
-        "arms": res["select"].get("arms", {}),
+        "arms": dict(sorted(arms.items())),
+        "bandit": bandit_report(ctx, k) if k > 0 else {},
         "wall_s": round(wall_s, 2),
     }
     path = ctx.store.root / "summary.json"

@@ -31,7 +31,7 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category")}
+    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm")}
     line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 

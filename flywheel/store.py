@@ -5,7 +5,8 @@ Layout (see data/README.md)::
     <run>/config.yaml  manifest.json  summary.json  .lock
     <run>/battles/<iter>-<phase>-<n>.parquet     append-only battle log shards
     <run>/judgments/<iter>-<phase>-<n>.parquet   every judgment, with the judge's raw output
-    <run>/iter-000k/plan.jsonl  sft/  dpo/       the iteration's selection and datasets
+    <run>/iter-000k/plan-rN.jsonl  sft/  dpo/    the selection (per round) and datasets
+    <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
     <run>/ratings/iter-000k.json|md  history.json
     <run>/models/<name>@<k>/                     trained versions
     <run>/cache/generations.jsonl                generation cache (player version x prompt)

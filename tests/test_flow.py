@@ -131,3 +131,31 @@ def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path
     png = tmp_path / "elo.png"
     assert "wrote" in elo("--plot", str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("policy", ["uniform", "ucb"])
+def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, policy):
+    from flywheel.config import FlywheelConfig
+
+    from tests.conftest import tiny_tree
+
+    tree = tiny_tree(tiny_models_dir, tmp_path, run__name=policy, run__iterations=1, select__policy=policy)
+    flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json"))
+    summary = json.loads((tmp_path / policy / "summary.json").read_text())
+    assert [e["iteration"] for e in summary["iterations"]] == [0, 1]
+    arms = summary["iterations"][1]["bandit"]["student"]
+    assert sum(a["battles"] for a in arms) == 48 and abs(sum(a["share"] for a in arms) - 1) < 1e-3
+
+
+def test_bandit_state_and_report(finished_run, cli_env):
+    root = finished_run.root
+    states = sorted((root / "bandits").glob("iter-*-student.json"))
+    assert [p.name for p in states][:2] == ["iter-0001-r1-student.json", "iter-0001-r2-student.json"]
+    assert len(states) == 2 * 4  # 2 iterations x 4 rounds
+    last = json.loads(states[-1].read_text())
+    assert last["prompt"]["policy"] == "thompson" and sum(last["prompt"]["total_pulls"]) == 96
+    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "arms", str(root), "--format", "json"],
+                         capture_output=True, text=True, env=cli_env, timeout=120)
+    rows = json.loads(out.stdout)
+    assert {r["target"] for r in rows} == {"student"} and sum(r["battles"] for r in rows) == 48
+    assert {"arm", "share", "pulls", "value"} <= set(rows[0])

@@ -45,3 +45,13 @@ def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [e["iteration"] for e in summary["iterations"]] == [0, 1, 2]
     assert all(e["battles"] == 96 for e in summary["iterations"][1:])
+
+    # The same run, never interrupted, plans exactly the same battles: the bandit state and every
+    # selection round were restored, not redrawn.
+    _, ref_path = tiny_config(run__name="straight", select__battles_per_iteration=96)
+    straight = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(ref_path)], env=cli_env,
+                              capture_output=True, text=True, timeout=600)
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    ref = RunStore(cfg.run.root / "straight")
+    for k in (1, 2):
+        assert [s.battle_id for s in read_plan(ref, k)] == [s.battle_id for s in read_plan(store, k)]

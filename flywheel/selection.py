@@ -1,0 +1,191 @@
+"""Choosing battles with bandits: which prompts (category x level cells) and which opponents.
+
+A ``Selector`` holds one prompt bandit per target over the cells of the train pool and, per
+target and cell, an opponent bandit over the opponents (the best opponent depends on the
+category: specialists are strong in some and weak in others). With ``opponents: pfsp`` the
+opponent is drawn by prioritized fictitious self-play weights instead.
+
+Rewards (``select.reward``; see docs in ``SelectConfig``):
+
+- ``yield``: 1 when the battle produced a training example (the target lost, so the winner's
+  answer becomes SFT data), else 0 - the flywheel's direct product;
+- ``progress``: |change of the target's score on the arm| since the previous iteration -
+  learning progress, the signal of curriculum learning;
+- ``uncertainty``: p(1 - p) of the target's score p on the arm - battles that are most
+  informative about the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flywheel.bandits import Bandit, pfsp_weights
+from flywheel.config import SelectConfig
+from flywheel.records import Battle, BattleSpec, Judgment, Prompt, stable_id
+
+REWARDS = ("yield", "progress", "uncertainty")
+
+
+def arm_of(p: Prompt) -> str:
+    """The selection arm a prompt belongs to: its category x difficulty cell."""
+    return f"{p.category}/L{p.level}"
+
+
+def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
+    """Randomised but reproducible A/B positions for a battle."""
+    return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
+
+
+def target_score(b: Battle, j: Judgment, target_base: str) -> float:
+    """The target's score in a battle: 1 win, 0.5 tie, 0 loss."""
+    target_is_a = b.model_a.split("@")[0] == target_base
+    s = {"model_a": 1.0, "model_b": 0.0}.get(j.winner or "", 0.5)
+    return s if target_is_a else 1 - s
+
+
+@dataclass
+class Selector:
+    """Bandit state for one target: a prompt bandit and per-cell opponent bandits."""
+
+    cells: list[str]
+    opponents: list[str]
+    prompt: Bandit
+    per_cell: dict[str, Bandit]
+
+    @classmethod
+    def new(cls, cfg: SelectConfig, cells: list[str], opponents: list[str]) -> Selector:
+        prompt = Bandit(cells, cfg.policy, cfg.discount, cfg.window, cfg.exploration)
+        per_cell = {c: Bandit(opponents, cfg.policy, cfg.opponent_discount, 0, cfg.exploration) for c in cells}
+        return cls(cells, opponents, prompt, per_cell)
+
+    def state(self) -> dict[str, Any]:
+        return {"cells": self.cells, "opponents": self.opponents, "prompt": self.prompt.state(),
+                "per_cell": {c: b.state() for c, b in self.per_cell.items()}}
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> Selector:
+        return cls(d["cells"], d["opponents"], Bandit.from_state(d["prompt"]),
+                   {c: Bandit.from_state(b) for c, b in d["per_cell"].items()})
+
+    def choose(self, cfg: SelectConfig, n: int, rng: np.random.Generator,
+               opp_win_rates: dict[str, np.ndarray]) -> list[tuple[str, str]]:
+        """``n`` (cell, opponent) choices for one round."""
+        cells = [self.cells[i] for i in self.prompt.select(n, rng)]
+        out = []
+        for c in cells:
+            if cfg.opponents == "pfsp":
+                w = pfsp_weights(opp_win_rates.get(c, np.full(len(self.opponents), 0.5)), cfg.pfsp_mode, cfg.pfsp_power)
+                o = int(rng.choice(len(self.opponents), p=w))
+            elif cfg.opponents == "uniform":
+                o = int(rng.integers(0, len(self.opponents)))
+            else:
+                o = int(self.per_cell[c].select(1, rng)[0])
+            out.append((c, self.opponents[o]))
+        return out
+
+    def update(self, feedback: list[tuple[str, str, float]]) -> None:
+        """One round of (cell, opponent, reward)."""
+        if not feedback:
+            return
+        ci = {c: i for i, c in enumerate(self.cells)}
+        oi = {o: i for i, o in enumerate(self.opponents)}
+        self.prompt.update([ci[c] for c, _, _ in feedback], [r for _, _, r in feedback])
+        by_cell: dict[str, list[tuple[int, float]]] = {}
+        for c, o, r in feedback:
+            by_cell.setdefault(c, []).append((oi[o], r))
+        for c, bandit in self.per_cell.items():
+            pulls = by_cell.get(c, [])
+            bandit.update([p for p, _ in pulls], [r for _, r in pulls])
+
+
+def pick_prompts(pool_by_cell: dict[str, list[Prompt]], choices: list[tuple[str, str]], used: set[str],
+                 rng: np.random.Generator) -> list[Prompt]:
+    """A prompt for each (cell, opponent) choice, unused in this iteration while the cell lasts."""
+    out = []
+    for cell, _ in choices:
+        pool = pool_by_cell[cell]
+        fresh = [p for p in pool if p.id not in used] or pool
+        p = fresh[int(rng.integers(0, len(fresh)))]
+        used.add(p.id)
+        out.append(p)
+    return out
+
+
+def plan_round(
+    selector: Selector, cfg: SelectConfig, pool_by_cell: dict[str, list[Prompt]], target: str, n: int,
+    iteration: int, rnd: int, seed: int, used: set[str], opp_win_rates: dict[str, np.ndarray],
+) -> list[BattleSpec]:
+    """The battles of one selection round for ``target`` (a versioned name, e.g. ``student@1``)."""
+    rng = np.random.default_rng(int(stable_id(seed, iteration, rnd, target), 16) % 2**63)
+    choices = selector.choose(cfg, n, rng, opp_win_rates)
+    prompts = pick_prompts(pool_by_cell, choices, used, rng)
+    specs = []
+    for i, ((cell, opponent), p) in enumerate(zip(choices, prompts)):
+        key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
+        a, b = seat(key, target, opponent)
+        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell))
+    return specs
+
+
+def feedback(
+    reward: str, battles: Iterable[Battle], judgments: dict[str, Judgment], target_base: str,
+    previous_scores: dict[str, float], yielded: set[str] | None = None,
+) -> list[tuple[str, str, float]]:
+    """(cell, opponent, reward) for each judged battle of ``target_base`` in one round.
+
+    ``yielded``: prompts that already produced a training example this iteration; a repeat
+    yields nothing new (curation keeps one example per prompt), so it earns no yield reward.
+    The set is updated in place."""
+    yielded = set() if yielded is None else yielded
+    rows = []
+    for b in battles:
+        j = judgments.get(b.battle_id)
+        if j is None or not j.valid or not b.ok:
+            continue  # failed and invalid battles carry no signal
+        opponent = b.model_b if b.model_a.split("@")[0] == target_base else b.model_a
+        rows.append((b.arm, opponent, target_score(b, j, target_base), b.prompt))
+    if reward == "yield":
+        out = []
+        for c, o, s, prompt in rows:
+            new = s == 0.0 and prompt not in yielded
+            if new:
+                yielded.add(prompt)
+            out.append((c, o, 1.0 if new else 0.0))
+        return out
+    rows = [(c, o, s) for c, o, s, _ in rows]
+    arm_scores: dict[str, list[float]] = {}
+    for c, _, s in rows:
+        arm_scores.setdefault(c, []).append(s)
+    mean = {c: sum(v) / len(v) for c, v in arm_scores.items()}
+    if reward == "uncertainty":
+        return [(c, o, mean[c] * (1 - mean[c]) * 4) for c, o, _ in rows]
+    if reward == "progress":
+        return [(c, o, min(1.0, abs(mean[c] - previous_scores.get(c, 0.5)) * 2)) for c, o, _ in rows]
+    raise ValueError(f"unknown reward {reward!r}; known: {', '.join(REWARDS)}")
+
+
+def arm_scores(battles: Iterable[Battle], judgments: dict[str, Judgment], target_base: str) -> dict[str, float]:
+    """The target's mean score per cell over ``battles``."""
+    acc: dict[str, list[float]] = {}
+    for b in battles:
+        j = judgments.get(b.battle_id)
+        if j is not None and j.valid and b.ok and target_base in (b.model_a.split("@")[0], b.model_b.split("@")[0]):
+            acc.setdefault(b.arm, []).append(target_score(b, j, target_base))
+    return {c: sum(v) / len(v) for c, v in acc.items()}
+
+
+def opponent_win_rates(battles: Iterable[Battle], judgments: dict[str, Judgment], target_base: str,
+                       cells: list[str], opponents: list[str]) -> dict[str, np.ndarray]:
+    """The target's win rate per cell against each opponent (0.5 where they never met)."""
+    tally: dict[tuple[str, str], list[float]] = {}
+    for b in battles:
+        j = judgments.get(b.battle_id)
+        if j is None or not j.valid or not b.ok:
+            continue
+        opp = b.model_b if b.model_a.split("@")[0] == target_base else b.model_a
+        tally.setdefault((b.arm, opp), []).append(target_score(b, j, target_base))
+    return {c: np.array([np.mean(tally[(c, o)]) if (c, o) in tally else 0.5 for o in opponents]) for c in cells}
