@@ -30,22 +30,37 @@ def read_plan(store: RunStore, iteration: int, rnd: int | None = None) -> list[B
     return [BattleSpec.from_row(json.loads(line)) for p in paths for line in p.read_text().splitlines() if line]
 
 
-def generate_cached(roster: Roster, store: RunStore, player: str, prompts: list[Prompt]) -> dict[str, Generation]:
-    """Answers of ``player`` to ``prompts`` by prompt id; only uncached prompts are generated."""
+def generate_cached(
+    roster: Roster, store: RunStore, player: str, prompts: list[Prompt], iteration: int = 0, phase: str = "train"
+) -> dict[str, Generation]:
+    """Answers of ``player`` to ``prompts`` by prompt id; only uncached prompts are generated.
+    Failed generations are returned (with their error) but never cached. Usage goes to usage.jsonl."""
     params = roster.params(player)
-    pc = roster.config(player)
-    key = {p.id: stable_id(player, pc.kind, roster.path(player), p.text, params.max_new_tokens, params.temperature, params.seed) for p in prompts}
+    ident = roster.identity(player)
+    key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature, params.seed) for p in prompts}
     cache = store.cached()
     out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
     todo = list({p.id: p for p in prompts if p.id not in out}.values())
     if todo:
-        gens = roster.player(player).generate(todo, params)
+        player_obj = roster.player(player)
+        before = _usage(player_obj)
+        gens = player_obj.generate(todo, params)
         if len(gens) != len(todo):
             raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
         store.cache_put((key[g.prompt_id], g.text) for g in gens if g.ok)
         out.update({g.prompt_id: g for g in gens})
-        log.info("%s generated %d answers (%d cached)", player, len(todo), len(prompts) - len(todo))
+        after = _usage(player_obj)
+        row = {"iteration": iteration, "phase": phase, "player": player, "generated": len(todo),
+               "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
+        row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
+        store.append_jsonl("usage.jsonl", row)
+        log.info("%s generated %d answers (%d cached, %d failed)", player, len(todo), row["cached"], row["failed"])
     return out
+
+
+def _usage(player) -> dict[str, float]:
+    usage = getattr(player, "usage", None)
+    return usage.to_dict() if usage is not None else {}
 
 
 def play(
@@ -67,7 +82,8 @@ def _play_shard(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts
     for s in todo:
         for m in (s.model_a, s.model_b):
             need.setdefault(m, []).append(prompts[s.prompt_id])
-    answers = {m: generate_cached(roster, store, m, ps) for m, ps in need.items()}
+    k, phase = todo[0].iteration, todo[0].phase
+    answers = {m: generate_cached(roster, store, m, ps, k, phase) for m, ps in need.items()}
     battles = []
     for s in todo:
         p = prompts[s.prompt_id]
@@ -87,8 +103,16 @@ def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: 
     todo = [b for b in store.battles(iteration, phase) if b.battle_id not in done and b.ok]
     if not todo:
         return 0
+    model = getattr(judge, "player", None)  # an LLM judge's model: its calls are accounted too
+    before = _usage(model)
     judgments = judge.judge(todo)
     if len(judgments) != len(todo):
         raise RuntimeError(f"judge {judge.name} returned {len(judgments)} judgments for {len(todo)} battles")
     store.append_judgments(judgments, iteration, phase)
+    if model is not None:
+        after = _usage(model)
+        row = {"iteration": iteration, "phase": phase, "player": f"judge:{model.name}", "judged": len(todo),
+               "invalid": sum(1 for j in judgments if not j.valid)}
+        row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
+        store.append_jsonl("usage.jsonl", row)
     return len(judgments)

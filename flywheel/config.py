@@ -79,11 +79,33 @@ class WorldConfig(Strict):
 
 class PlayerConfig(Strict):
     name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="Player name in the arena.")
-    kind: str = Field("transformers", description="Player kind from the registry, or module:Class.")
-    path: str | None = Field(None, description="Model path; default world.models_dir/<name>.")
+    kind: str = Field("transformers", description="transformers, openai, anthropic, vllm, or module:Class.")
+    path: str | None = Field(None, description="Local weights (transformers, vllm; a target's training "
+                             "base); default world.models_dir/<name>.")
     max_new_tokens: int = Field(12, ge=1, description="Generation length limit.")
-    batch_size: int = Field(256, ge=1, description="Prompts per generate() call.")
+    batch_size: int = Field(256, ge=1, description="Prompts per generate() call (local players).")
     temperature: float = Field(0.0, ge=0, description="0 means greedy decoding.")
+    # API players (openai, anthropic)
+    model: str | None = Field(None, description="Model name at the API (required for openai and anthropic).")
+    base_urls: list[str] = Field([], description="Endpoints, balanced round-robin; empty = the vendor's API.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key. "
+                                    "The key itself never appears in a config.")
+    system_prompt: str | None = Field(None, description="Optional system prompt.")
+    max_concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and malformed bodies.")
+    backoff_s: float = Field(0.5, ge=0, description="Base of the exponential backoff (full jitter).")
+    max_backoff_s: float = Field(30.0, ge=0, description="Longest wait between retries (and for Retry-After).")
+    price_input_per_mtok: float = Field(0.0, ge=0, description="USD per million input tokens.")
+    price_output_per_mtok: float = Field(0.0, ge=0, description="USD per million output tokens.")
+    serve_lora: bool = Field(False, description="openai kind, targets: load each new version into the vLLM "
+                             "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
+
+    @model_validator(mode="after")
+    def _api_needs_model(self) -> PlayerConfig:
+        if self.kind in ("openai", "anthropic") and not self.model:
+            raise ValueError(f"player {self.name}: kind {self.kind} needs 'model'")
+        return self
 
 
 class SelectConfig(Strict):
@@ -108,7 +130,19 @@ class SelectConfig(Strict):
 
 
 class JudgeConfig(Strict):
-    kind: Literal["verifier"] = Field("verifier", description="Judge kind.")
+    kind: Literal["verifier", "llm"] = Field("verifier", description="verifier (exact match against the "
+                                             "reference) or llm (a player judges pairwise).")
+    player: PlayerConfig | None = Field(None, description="The judge model, for kind llm (any player kind).")
+    template: str = Field("arena_hard", description="Prompt template: a name in judges/templates or a path.")
+    both_orders: bool = Field(True, description="Judge (A,B) and (B,A) to cancel position bias.")
+    inconsistent: Literal["tie", "invalid"] = Field("tie", description="What an order-inconsistent pair becomes.")
+    max_parse_retries: int = Field(1, ge=0, description="Re-asks for unparseable output before 'invalid'.")
+
+    @model_validator(mode="after")
+    def _llm_needs_player(self) -> JudgeConfig:
+        if self.kind == "llm" and self.player is None:
+            raise ValueError("kind llm needs a judge player (judge.player)")
+        return self
 
 
 class RatingConfig(Strict):
@@ -140,6 +174,11 @@ class EvaluateConfig(Strict):
     bootstrap_seed: int = Field(0, description="Seed of the eval-Elo bootstrap.")
 
 
+class BudgetConfig(Strict):
+    max_usd: float | None = Field(None, gt=0, description="Stop paid API calls once this much is spent "
+                                  "(later calls are recorded as failed, never judged).")
+
+
 class AllocateConfig(Strict):
     policy: Literal["uniform"] = Field("uniform", description="How compute is shared by targets.")
 
@@ -161,6 +200,7 @@ class FlywheelConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
     @model_validator(mode="after")
     def _unique_names(self) -> FlywheelConfig:

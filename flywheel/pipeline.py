@@ -60,6 +60,12 @@ class Context:
 
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
+        jc = self.cfg.judge
+        if jc.kind == "llm":
+            from judges.llm import LLMJudge
+
+            return LLMJudge(self.roster.build(jc.player, jc.player.name), jc.template, jc.both_orders,  # type: ignore[union-attr]
+                            jc.inconsistent, jc.max_parse_retries, jc.player.max_new_tokens)  # type: ignore[union-attr]
         return VerifierJudge()
 
     @functools.cached_property
@@ -349,9 +355,17 @@ def train(ctx: Context, k: int, steps: dict[str, int]) -> dict[str, Any]:
         target_dir = ctx.store.model_dir(new)
         sft = _training_data(ctx, k, "sft", t)
         dpo = _training_data(ctx, k, "dpo", t)
-        res = train_version(ctx.roster.path(current_version(ctx, t, k)), target_dir, sft, dpo, ctx.cfg.train,
-                            steps[t], ctx.cfg.run.seed + k)
-        out[t] = {"version": new, "steps": res.steps, "loss": res.loss, "examples": res.examples}
+        pc = ctx.roster.config(t)
+        if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
+            previous = ctx.store.model_dir(current_version(ctx, t, k)) if k > 1 else None
+            res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, ctx.cfg.train, steps[t],
+                                ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
+            ctx.roster.build(pc, t).load_lora_adapter(new, str(target_dir.resolve()))  # type: ignore[attr-defined]
+        else:
+            res = train_version(ctx.roster.path(current_version(ctx, t, k)), target_dir, sft, dpo, ctx.cfg.train,
+                                steps[t], ctx.cfg.run.seed + k)
+        out[t] = {"version": new, "steps": res.steps, "loss": res.loss, "examples": res.examples,
+                  "served_as": new if pc.serve_lora else None}
     return out
 
 
@@ -461,6 +475,7 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
         "opponents_eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" not in m},
         "allocation": res["allocate"],
         "arms": dict(sorted(arms.items())),
+        "usage": usage_summary(ctx.store, k),
         "bandit": bandit_report(ctx, k) if k > 0 else {},
         "wall_s": round(wall_s, 2),
     }
@@ -470,6 +485,19 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
     summary["iterations"].sort(key=lambda e: e["iteration"])
     atomic_write_json(path, summary)
     return entry
+
+
+def usage_summary(store: RunStore, k: int) -> dict[str, dict[str, float]]:
+    """Per player, this iteration's generations, failures, API calls, retries, tokens and cost."""
+    out: dict[str, dict[str, float]] = {}
+    for row in store.read_jsonl("usage.jsonl"):
+        if row.get("iteration") != k:
+            continue
+        acc = out.setdefault(row["player"], {})
+        for key, v in row.items():
+            if key not in ("iteration", "phase", "player") and isinstance(v, int | float):
+                acc[key] = round(acc.get(key, 0) + v, 6)
+    return dict(sorted(out.items()))
 
 
 def summary(store: RunStore) -> dict[str, Any]:

@@ -96,7 +96,7 @@ class RunStore:
         return self.root / "models" / versioned_name
 
     # -- append-only shards ----------------------------------------------------------------
-    def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]]) -> Path | None:
+    def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type) -> Path | None:
         if not rows:
             return None
         folder = self.root / kind
@@ -104,7 +104,7 @@ class RunStore:
         n = len(list(folder.glob(f"{prefix}-*.parquet")))
         path = folder / f"{prefix}-{n:05d}.parquet"
         tmp = folder / f".{path.name}.tmp"
-        pq.write_table(pa.Table.from_pylist(rows), tmp)
+        pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(cls)), tmp)
         os.replace(tmp, path)
         return path
 
@@ -125,17 +125,37 @@ class RunStore:
 
     def append_battles(self, battles: list[Battle]) -> None:
         for (k, phase), group in _group(battles, lambda b: (b.iteration, b.phase)).items():
-            self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group])
+            self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group], Battle)
 
     def battles(self, iteration: int | None = None, phase: str | None = None) -> list[Battle]:
         rows = self._read("battles", Battle, self._prefix(iteration, phase))
         return [b for b in rows if phase is None or b.phase == phase]
 
     def append_judgments(self, judgments: list[Judgment], iteration: int, phase: str) -> None:
-        self._append("judgments", f"{iter_name(iteration)}-{phase}", [j.to_row() for j in judgments])
+        self._append("judgments", f"{iter_name(iteration)}-{phase}", [j.to_row() for j in judgments], Judgment)
 
     def judgments(self, iteration: int | None = None, phase: str | None = None) -> dict[str, Judgment]:
         return {j.battle_id: j for j in self._read("judgments", Judgment, self._prefix(iteration, phase))}
+
+    # -- small append-only logs ------------------------------------------------------------
+    def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
+        path = self.root / name
+        with path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_jsonl(self, name: str) -> list[dict[str, Any]]:
+        path = self.root / name
+        if not path.exists():
+            return []
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+        return rows
 
     # -- generation cache ------------------------------------------------------------------
     def _cache_path(self) -> Path:
@@ -165,6 +185,23 @@ class RunStore:
             f.flush()
             os.fsync(f.fileno())
         self.cached().update(items)
+
+
+_ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+def arrow_schema(cls: type) -> pa.Schema:
+    """The parquet schema of a record type, from its field annotations. Every shard gets the same
+    schema (a column that happens to be all null is still a string column), so a log's shards
+    read as one table."""
+    import dataclasses
+
+    fields = []
+    for f in dataclasses.fields(cls):
+        base = str(f.type).replace(" ", "").split("|")
+        nullable = "None" in base
+        fields.append(pa.field(f.name, _ARROW[[t for t in base if t != "None"][0]], nullable=nullable))
+    return pa.schema(fields)
 
 
 def _group(items, key):

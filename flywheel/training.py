@@ -62,16 +62,27 @@ def _save(model, tokenizer, out: Path) -> None:
 
 
 def train_version(
-    base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int
+    base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int,
+    adapter: str | None = None, keep_adapter: bool = False,
 ) -> TrainResult:
     """Train ``base`` into ``out``: SFT on ``sft_data`` and/or DPO on ``dpo_data`` per ``cfg.method``.
 
-    With no steps or no data the new version is a copy of ``base`` (the version still advances,
-    so every iteration has one version per target)."""
+    ``keep_adapter`` (LoRA): ``out`` holds the adapter alone, not merged weights, so a vLLM server
+    can load it; ``adapter`` continues training an earlier version's adapter on top of ``base``.
+    With no steps or no data the new version is a copy (the version still advances, so every
+    iteration has one version per target)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    elif keep_adapter:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, _peft_config(cfg.model_copy(update={"lora": True})))
     plan = []
     if cfg.method in ("sft", "sft+dpo") and sft_data is not None and len(sft_data):
         plan.append(("sft", sft_data))
@@ -82,6 +93,8 @@ def train_version(
         return TrainResult(0, None, 0)
     per_stage = max(1, steps // len(plan))
     total, loss, examples = 0, None, 0
+    wrapped = adapter is not None or keep_adapter  # the model already carries its adapter
+    peft = None if wrapped else _peft_config(cfg)
     with tempfile.TemporaryDirectory(prefix="flywheel-train-") as scratch:
         for kind, data in plan:
             if kind == "sft":
@@ -89,20 +102,20 @@ def train_version(
 
                 args = SFTConfig(**_common_args(cfg, per_stage, seed, scratch), completion_only_loss=True, packing=False)
                 trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
-                                     processing_class=tokenizer, peft_config=_peft_config(cfg))
+                                     processing_class=tokenizer, peft_config=peft)
             else:
                 from trl import DPOConfig, DPOTrainer
 
                 args = DPOConfig(**_common_args(cfg, per_stage, seed, scratch), beta=cfg.dpo_beta)
                 trainer = DPOTrainer(model=model, args=args,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
-                                     processing_class=tokenizer, peft_config=_peft_config(cfg))
+                                     processing_class=tokenizer, peft_config=peft)
             result = trainer.train()
             total += result.global_step
             loss = float(result.training_loss)
             examples += len(data)
-            # LoRA adapters are merged so that the version is a plain checkpoint any player loads.
-            model = trainer.model.merge_and_unload() if cfg.lora else trainer.model
+            # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
+            model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
             log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, result.global_step, len(data), loss)
     _save(model, tokenizer, out)
     return TrainResult(total, loss, examples)

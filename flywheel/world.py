@@ -43,9 +43,14 @@ class Roster:
     cfg: FlywheelConfig
     store: RunStore
     _by_name: dict[str, PlayerConfig] = field(init=False)
+    budget: object = field(init=False)
 
     def __post_init__(self) -> None:
+        from flywheel.players.api import Budget
+
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
+        spent = sum(r.get("cost_usd", 0.0) for r in self.store.read_jsonl("usage.jsonl"))
+        self.budget = Budget(self.cfg.budget.max_usd, spent)  # a resumed run remembers what it spent
 
     @property
     def targets(self) -> list[str]:
@@ -59,22 +64,55 @@ class Roster:
         return self._by_name[split_version(player)[0]]
 
     def path(self, player: str) -> str:
+        """Local weights of a player version (a target's training base)."""
         base, k = split_version(player)
         if k:  # a trained version lives in the run directory
             return str(self.store.model_dir(player))
         pc = self._by_name[base]
         return pc.path or str(Path(self.cfg.world.models_dir) / base)
 
+    def identity(self, player: str) -> str:
+        """What the player's answers depend on, for the generation cache: its weights, or for an
+        API player its model and endpoints (a served target version is its own LoRA model)."""
+        pc = self.config(player)
+        if pc.kind in ("openai", "anthropic"):
+            return f"{pc.kind}:{self.api_model(player)}@{','.join(pc.base_urls)}"
+        return f"{pc.kind}:{self.path(player)}"
+
+    def api_model(self, player: str) -> str | None:
+        pc = self.config(player)
+        _, k = split_version(player)
+        return player if (pc.serve_lora and k) else pc.model
+
     def params(self, player: str) -> SamplingParams:
         pc = self.config(player)
         return SamplingParams(pc.max_new_tokens, pc.temperature, self.cfg.run.seed)
 
     def player(self, player: str) -> Player:
+        """The loaded player for an arena name (loaded once per process and kept)."""
         pc = self.config(player)
-        key = (pc.kind, self.path(player))
+        key = (pc.kind, self.identity(player))
         if key not in _LOADED:
-            _LOADED[key] = create_player(pc.kind, player, path=key[1], batch_size=pc.batch_size)
-        return _LOADED[key]
+            _LOADED[key] = self.build(pc, player)
+        player_obj = _LOADED[key]
+        player_obj.name = player
+        return player_obj
+
+    def build(self, pc: PlayerConfig, name: str) -> Player:
+        """A new player from its config (arena players, and the judge's model)."""
+        in_arena = split_version(name)[0] in self._by_name
+        if pc.kind in ("openai", "anthropic"):
+            from flywheel.players.api import RetryPolicy
+
+            return create_player(
+                pc.kind, name, model=self.api_model(name) if in_arena else pc.model, base_urls=pc.base_urls, api_key_env=pc.api_key_env,
+                system_prompt=pc.system_prompt, max_concurrency=pc.max_concurrency, timeout_s=pc.timeout_s,
+                retry=RetryPolicy(pc.max_retries, pc.backoff_s, pc.max_backoff_s),
+                price_input_per_mtok=pc.price_input_per_mtok, price_output_per_mtok=pc.price_output_per_mtok,
+                budget=self.budget, seed=self.cfg.run.seed)
+        if not in_arena and not pc.path:
+            raise ValueError(f"player {name}: kind {pc.kind} needs 'path'")
+        return create_player(pc.kind, name, path=self.path(name) if in_arena else pc.path, batch_size=pc.batch_size)
 
 
 def forget_players() -> None:

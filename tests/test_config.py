@@ -65,3 +65,16 @@ def test_cli_rejects_bad_config_with_exit_2_and_writes_nothing(tmp_path, cli_env
     assert "train.steps" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not root.exists()
+
+
+def test_the_shipped_recipes_load():
+    cfg = load_config(ROOT / "flows/recipes/vllm_api.yaml")
+    assert cfg.targets[0].serve_lora and cfg.judge.kind == "llm" and cfg.budget.max_usd == 25.0
+    assert {p.kind for p in cfg.opponents} == {"openai", "anthropic"}
+
+
+def test_api_players_need_a_model_and_llm_judges_a_player():
+    with pytest.raises(ConfigError, match="needs 'model'"):
+        load_config(None, ["opponents.0.kind=openai"])
+    with pytest.raises(ConfigError, match="judge"):
+        load_config(None, ["judge.kind=llm"])

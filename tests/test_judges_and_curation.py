@@ -56,3 +56,19 @@ def test_datasets_with_and_without_rows_open_with_load_from_disk(tmp_path):
     assert full[0]["completion"] == "2" and full.column_names == SFT_COLUMNS
     assert len(empty) == 0 and empty.column_names == SFT_COLUMNS
     assert (tmp_path / "empty" / "README.md").read_text() == "# card\n"
+
+
+def test_log_shards_read_as_one_table_whatever_their_nulls(tmp_path):
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from flywheel.store import RunStore
+
+    store = RunStore(tmp_path)
+    store.append_battles([battle("1", "a", "b", "1", "2")])  # error column all null
+    store.append_battles([battle("2", "a", "b", "1", "", error="b: timeout")])
+    store.append_judgments([Judgment("1", "v", "model_a")], 1, "train")
+    store.append_judgments([Judgment("2", "v", None, error="unparseable")], 1, "train")
+    assert pq.read_table(tmp_path / "battles").num_rows == 2
+    assert pq.read_table(tmp_path / "judgments").column("error").to_pylist() == [None, "unparseable"]
+    assert len(pd.read_parquet(tmp_path / "battles")) == 2

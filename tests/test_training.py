@@ -38,3 +38,19 @@ def test_no_data_copies_the_version_forward(tiny_models_dir, tmp_path):
     out = tmp_path / "student@1"
     res = train_version(str(tiny_models_dir / "student"), out, None, None, TrainConfig(), steps=5, seed=0)
     assert res.steps == 0 and changed(tiny_models_dir / "student", out) == []
+
+
+def test_keep_adapter_saves_a_lora_adapter_and_training_continues_from_it(tiny_models_dir, tmp_path):
+    from peft import PeftModel
+
+    base = str(tiny_models_dir / "student")
+    cfg = TrainConfig(method="sft", steps=2, batch_size=4, lora_r=4)
+    first, second = tmp_path / "student@1", tmp_path / "student@2"
+    train_version(base, first, SFT, None, cfg, steps=2, seed=0, keep_adapter=True)
+    assert (first / "adapter_config.json").exists() and not (first / "model.safetensors").exists()
+    train_version(base, second, SFT, None, cfg, steps=2, seed=0, adapter=str(first), keep_adapter=True)
+    a = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), first)
+    b = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), second)
+    lora_a = {n: p for n, p in a.named_parameters() if "lora_" in n}
+    lora_b = dict(b.named_parameters())
+    assert lora_a and all(not torch.equal(p, lora_b[n]) for n, p in lora_a.items())

@@ -12,6 +12,9 @@ from flywheel.players.base import Player
 
 PLAYER_KINDS: dict[str, str] = {
     "transformers": "flywheel.players.hf:TransformersPlayer",
+    "openai": "flywheel.players.openai_player:OpenAIPlayer",
+    "anthropic": "flywheel.players.anthropic_player:AnthropicPlayer",
+    "vllm": "flywheel.players.vllm_player:VLLMPlayer",
 }
 
 

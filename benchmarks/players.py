@@ -1,0 +1,51 @@
+"""The openai player: 32 requests in flight vs one at a time, in one run.
+
+A loopback OpenAI-compatible server answers every call after 200 ms (``--latency``). The same
+player class runs the same prompts with ``max_concurrency`` 32 and 1 (sequential calls).
+
+    python -m benchmarks.players            # 256 calls concurrently, 64 sequentially
+
+Prints both throughputs (calls per second) and ends with ``ratio: X`` (concurrent / sequential).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from flywheel.players import SamplingParams, create_player
+from flywheel.tasks import build_suite
+from tests.fakeapi import FakeAPI
+
+
+def throughput(url: str, prompts, concurrency: int) -> float:
+    player = create_player("openai", "bench", model="m", base_urls=[url], api_key_env="FLYWHEEL_BENCH_KEY",
+                           max_concurrency=concurrency)
+    t0 = time.perf_counter()
+    gens = player.generate(prompts, SamplingParams(max_new_tokens=8))
+    took = time.perf_counter() - t0
+    assert all(g.ok for g in gens), [g.error for g in gens if not g.ok][:3]
+    return len(prompts) / took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--latency", type=float, default=0.2)
+    ap.add_argument("--calls", type=int, default=256)
+    ap.add_argument("--sequential-calls", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=32)
+    args = ap.parse_args()
+    os.environ.setdefault("FLYWHEEL_BENCH_KEY", "bench")
+    train, _ = build_suite(1234, 50, 2)
+    with FakeAPI("solver", delay_s=args.latency) as server:
+        conc = throughput(server.url, train[: args.calls], args.concurrency)
+        seq = throughput(server.url, train[: args.sequential_calls], 1)
+    print(f"server latency {args.latency * 1000:.0f} ms per call")
+    print(f"sequential:       {seq:8.2f} calls/s ({args.sequential_calls} calls, max_concurrency=1)")
+    print(f"{args.concurrency}-way concurrent: {conc:8.2f} calls/s ({args.calls} calls)")
+    print(f"ratio: {conc / seq:.1f}")
+
+
+if __name__ == "__main__":
+    main()

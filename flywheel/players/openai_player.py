@@ -1,0 +1,83 @@
+"""Any OpenAI-compatible chat endpoint: the OpenAI API, ``vllm serve``, and others.
+
+Several base URLs are balanced round-robin (one vLLM server per GPU, say). New target versions
+trained as LoRA adapters can be served without a restart through vLLM's
+``/v1/load_lora_adapter`` (the server needs ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from flywheel.players.api import APIPlayer, Completion, MalformedResponse
+from flywheel.players.base import SamplingParams
+from flywheel.records import Prompt
+
+
+def api_key(env: str | None, player: str, required: bool) -> str:
+    """The key from the environment variable named in the config (never from the config)."""
+    if env is None:
+        if required:
+            raise ValueError(f"player {player}: set api_key_env to the environment variable that holds the key")
+        return "EMPTY"  # local OpenAI-compatible servers (vLLM) accept any key
+    key = os.environ.get(env)
+    if not key:
+        raise ValueError(f"player {player}: environment variable {env} is not set")
+    return key
+
+
+class OpenAIPlayer(APIPlayer):
+    def __init__(self, name: str, model: str, base_urls: list[str] | None = None, api_key_env: str | None = None,
+                 system_prompt: str | None = None, **kw) -> None:
+        super().__init__(name, **{k: v for k, v in kw.items() if k in _API_KWARGS})
+        self.model = model
+        self.base_urls = base_urls or [None]
+        self._key = api_key(api_key_env, name, required=not base_urls)
+        self.system_prompt = system_prompt
+        self._clients: list = []
+        self._next = itertools.count()
+
+    async def _open(self) -> None:
+        from openai import AsyncOpenAI
+
+        self._clients = [AsyncOpenAI(api_key=self._key, base_url=u, max_retries=0, timeout=self.timeout_s)
+                         for u in self.base_urls]
+
+    async def _close(self) -> None:
+        for c in self._clients:
+            await c.close()
+        self._clients = []
+
+    async def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
+        client = self._clients[next(self._next) % len(self._clients)]
+        messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else []) + [
+            {"role": "user", "content": prompt.text}]
+        resp = await client.chat.completions.create(
+            model=self.model, messages=messages, max_tokens=params.max_new_tokens,
+            temperature=params.temperature, seed=params.seed,
+        )
+        try:
+            text = resp.choices[0].message.content
+            usage = resp.usage
+            if not isinstance(text, str):
+                raise TypeError("no text content")
+            return Completion(text.strip(), int(getattr(usage, "prompt_tokens", 0) or 0),
+                              int(getattr(usage, "completion_tokens", 0) or 0))
+        except (AttributeError, IndexError, TypeError, ValueError) as e:
+            raise MalformedResponse(f"malformed chat completion: {e}") from None
+
+    def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
+        """Ask every base URL (vLLM) to load an adapter under ``lora_name``; raises on failure."""
+        import httpx
+
+        for base in self.base_urls:
+            if base is None:
+                raise ValueError(f"player {self.name}: LoRA loading needs a base URL (a vLLM server)")
+            r = httpx.post(f"{base.rstrip('/')}/load_lora_adapter", json={"lora_name": lora_name, "lora_path": lora_path},
+                           headers={"Authorization": f"Bearer {self._key}"}, timeout=self.timeout_s)
+            if r.status_code >= 400:
+                raise RuntimeError(f"{base}: load_lora_adapter {lora_name} failed: {r.status_code} {r.text[:200]}")
+
+
+_API_KWARGS = {"max_concurrency", "timeout_s", "retry", "price_input_per_mtok", "price_output_per_mtok", "budget", "seed"}

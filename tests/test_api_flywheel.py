@@ -1,0 +1,64 @@
+"""The flywheel with API opponents (OpenAI- and Anthropic-compatible) and an API judge, all on
+127.0.0.1, run through the real CLI: failed calls are retried, recorded and accounted, and the
+API key appears in no file and no log line."""
+
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import yaml
+
+from tests.conftest import tiny_tree
+from tests.fakeapi import FakeAPI
+
+SECRET = "sk-test-flywheel-SECRET-0123456789abcdef"
+
+
+def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
+    api = dict(api_key_env="FLYWHEEL_SECRET", max_retries=2, backoff_s=0.01, max_concurrency=8, timeout_s=5)
+    failing = lambda text: text.startswith("sort ")  # noqa: E731 - these calls fail for good
+    with FakeAPI("solver", wrong_every=3, fail_when=failing) as oai, FakeAPI("solver") as ant, FakeAPI("judge") as jud:
+        oai.faults = [429, 500]  # passing faults: a Retry-After wait and a 5xx, both retried
+        tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="api", run__iterations=1)
+        tree["opponents"] = [
+            {"name": "oracle", "kind": "openai", "model": "oracle-1", "base_urls": [oai.url],
+             "price_input_per_mtok": 1.0, "price_output_per_mtok": 4.0, **api},
+            {"name": "claude", "kind": "anthropic", "model": "claude-x", "base_urls": [ant.anthropic_url],
+             "price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0, **api},
+        ]
+        tree["judge"] = {"kind": "llm", "player": {"name": "judge", "kind": "openai", "model": "judge-1",
+                                                   "base_urls": [jud.url], "max_new_tokens": 64, **api}}
+        path = tmp_path / "api.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        env = {**cli_env, "FLYWHEEL_SECRET": SECRET}
+        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "api"
+    summary = json.loads((run / "summary.json").read_text())
+    assert [e["iteration"] for e in summary["iterations"]] == [0, 1]
+
+    battles = pq.read_table(run / "battles").to_pylist()
+    judgments = {j["battle_id"]: j for j in pq.read_table(run / "judgments").to_pylist()}
+    failed = [b for b in battles if b["error"]]
+    assert failed and all("oracle" in b["error"] and "3 attempt(s)" in b["error"] for b in failed)
+    assert {b["category"] for b in failed} == {"sort"}
+    assert all(b["prompt"].startswith("sort ") for b in battles if b["error"]) and len(failed) < len(battles)
+    assert not any(b["battle_id"] in judgments for b in failed)  # never judged, never counted
+    assert all(j["judge"] == "llm:judge:arena_hard" for j in judgments.values())
+    assert all("[[" in j["raw"] for j in judgments.values() if j["winner"])
+    # The judge saw through the wrong answers: the oracle never beats a correct student answer.
+    assert sum(1 for j in judgments.values() if j["winner"] in ("model_a", "model_b")) > 0
+
+    usage = {**summary["iterations"][0]["usage"], **summary["iterations"][1]["usage"]}
+    assert usage["oracle"]["failures"] >= 1 and usage["oracle"]["retries"] >= 3
+    assert usage["oracle"]["cost_usd"] > 0 and usage["claude"]["cost_usd"] > 0
+    assert summary["iterations"][1]["usage"]["judge:judge"]["calls"] >= 2 * len(judgments) // 2
+
+    # Secrets come from the environment only: not in any file the run wrote, nor in its output.
+    for f in run.rglob("*"):
+        if f.is_file():
+            assert SECRET.encode() not in f.read_bytes(), f
+    assert SECRET not in proc.stdout + proc.stderr
+    assert "FLYWHEEL_SECRET" in (run / "config.yaml").read_text()  # the variable's name is kept

@@ -1,0 +1,132 @@
+"""OpenAI- and Anthropic-compatible players through the real SDKs against servers on 127.0.0.1."""
+
+import time
+
+import pytest
+
+from flywheel.players import SamplingParams, create_player
+from flywheel.players.api import Budget, RetryPolicy
+from flywheel.tasks import build_suite
+from tests.fakeapi import FakeAPI, solve
+
+PROMPTS = build_suite(1234, 10, 3)[1][:6]
+FAST = RetryPolicy(max_retries=2, backoff_s=0.01, max_backoff_s=2)
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv("FLYWHEEL_TEST_KEY", "sk-test-secret-0123456789abcdefghij")
+
+
+def openai_player(*servers, **kw):
+    return create_player("openai", "oracle", model="oracle-1", base_urls=[s.url for s in servers],
+                         api_key_env="FLYWHEEL_TEST_KEY", retry=kw.pop("retry", FAST), **kw)
+
+
+def anthropic_player(server, **kw):
+    return create_player("anthropic", "claude", model="claude-x", base_urls=[server.anthropic_url],
+                         api_key_env="FLYWHEEL_TEST_KEY", retry=kw.pop("retry", FAST), **kw)
+
+
+def test_success_tokens_cost_and_the_payload_sent():
+    with FakeAPI() as s:
+        p = openai_player(s, price_input_per_mtok=2.0, price_output_per_mtok=10.0)
+        gens = p.generate(PROMPTS, SamplingParams(max_new_tokens=9, temperature=0.0, seed=3))
+        assert [g.text for g in gens] == [solve(x.text) for x in PROMPTS] and all(g.ok for g in gens)
+        sent = {r["body"]["messages"][-1]["content"]: r["body"] for r in s.requests}
+        assert set(sent) == {x.text for x in PROMPTS}
+        body = sent[PROMPTS[0].text]
+        assert body["model"] == "oracle-1" and body["max_tokens"] == 9 and body["seed"] == 3
+        assert body["messages"] == [{"role": "user", "content": PROMPTS[0].text}]
+        assert s.requests[0]["headers"]["authorization"] == "Bearer sk-test-secret-0123456789abcdefghij"
+        tin = sum(len(x.text) for x in PROMPTS)
+        tout = sum(len(g.text) for g in gens)
+        assert (p.usage.input_tokens, p.usage.output_tokens, p.usage.calls) == (tin, tout, 6)
+        assert p.usage.cost_usd == pytest.approx((tin * 2 + tout * 10) / 1e6)
+
+
+def test_429_honours_retry_after_and_500_is_retried():
+    with FakeAPI() as s:
+        s.faults = [429, 500]
+        p = openai_player(s, max_concurrency=1)
+        t0 = time.monotonic()
+        gens = p.generate(PROMPTS[:1], SamplingParams())
+        assert gens[0].ok and gens[0].text == solve(PROMPTS[0].text)
+        assert p.usage.retries == 2 and len(s.requests) == 3
+        assert s.requests[1]["t"] - s.requests[0]["t"] >= 0.95  # Retry-After: 1
+        assert time.monotonic() - t0 >= 1.0
+
+
+@pytest.mark.parametrize("fault, expect", [(500, "InternalServerError"), ("malformed", "JSONDecodeError"),
+                                           ("slow", "Timeout"), ("empty", "MalformedResponse")])
+def test_a_call_that_stays_failed_is_recorded_as_failed_never_as_an_answer(fault, expect):
+    with FakeAPI() as s:
+        s.faults = [fault] * 3
+        p = openai_player(s, timeout_s=1.0, max_concurrency=1)
+        gens = p.generate(PROMPTS[:2], SamplingParams())
+        failed, ok = gens
+        assert not failed.ok and failed.text == "" and expect in failed.error and "3 attempt(s)" in failed.error
+        assert ok.ok and ok.text == solve(PROMPTS[1].text)
+        assert p.usage.failures == 1 and p.usage.retries == 2
+
+
+def test_client_errors_are_not_retried():
+    with FakeAPI() as s:
+        s.faults = [404]
+        gens = openai_player(s).generate(PROMPTS[:1], SamplingParams())
+        assert not gens[0].ok and "NotFoundError after 1 attempt(s)" in gens[0].error and len(s.requests) == 1
+
+
+def test_base_urls_are_balanced_round_robin():
+    with FakeAPI() as a, FakeAPI() as b:
+        openai_player(a, b).generate(PROMPTS, SamplingParams())
+        assert len(a.requests) == len(b.requests) == 3
+
+
+def test_concurrency_is_bounded():
+    with FakeAPI(delay_s=0.2) as s:
+        t0 = time.monotonic()
+        openai_player(s, max_concurrency=3).generate(PROMPTS, SamplingParams())
+        took = time.monotonic() - t0
+        starts = sorted(r["t"] for r in s.requests)
+        assert 0.4 <= took < 1.0  # 6 calls, 3 at a time, 0.2 s each
+        assert starts[3] - starts[0] >= 0.15  # the 4th call waited for a slot
+
+
+def test_budget_cap_stops_spending_cleanly():
+    with FakeAPI() as s:
+        budget = Budget(max_usd=1e-5)
+        p = openai_player(s, max_concurrency=1, price_input_per_mtok=2000.0, budget=budget)
+        gens = p.generate(PROMPTS, SamplingParams())
+        assert gens[0].ok and all(not g.ok and "budget" in g.error for g in gens[1:])
+        assert len(s.requests) == 1 and budget.spent_usd >= 1e-5
+
+
+def test_anthropic_messages_api_with_retries_and_no_sampling_fields():
+    with FakeAPI() as s:
+        s.faults = [529]
+        p = anthropic_player(s, price_input_per_mtok=3.0, price_output_per_mtok=15.0)
+        gens = p.generate(PROMPTS[:3], SamplingParams(max_new_tokens=7))
+        assert [g.text for g in gens] == [solve(x.text) for x in PROMPTS[:3]]
+        body = s.requests[-1]["body"]
+        assert s.requests[-1]["path"] == "/v1/messages" and body["max_tokens"] == 7
+        assert not {"temperature", "top_p", "top_k"} & set(body)  # API 2026-10-21 rejects them
+        assert p.usage.retries == 1 and p.usage.cost_usd > 0
+
+
+def test_missing_key_names_the_variable(monkeypatch):
+    monkeypatch.delenv("FLYWHEEL_TEST_KEY")
+    with pytest.raises(ValueError, match="FLYWHEEL_TEST_KEY is not set"):
+        create_player("anthropic", "c", model="m", api_key_env="FLYWHEEL_TEST_KEY")
+
+
+def test_vllm_lora_adapter_loading_posts_to_every_server():
+    with FakeAPI() as a, FakeAPI() as b:
+        openai_player(a, b).load_lora_adapter("student@2", "/models/student@2")
+        for s in (a, b):
+            assert s.requests[0]["path"] == "/v1/load_lora_adapter"
+            assert s.requests[0]["body"] == {"lora_name": "student@2", "lora_path": "/models/student@2"}
+
+
+def test_vllm_in_process_player_needs_vllm():
+    pytest.importorskip("vllm", reason="vllm is CUDA-only and not installed here")
