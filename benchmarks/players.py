@@ -11,6 +11,7 @@ Prints both throughputs (calls per second) and ends with ``ratio: X`` (concurren
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import os
 import time
 
@@ -29,6 +30,12 @@ def throughput(url: str, prompts, concurrency: int) -> float:
     return len(prompts) / took
 
 
+def _serve(latency: float, port_out, stop) -> None:
+    with FakeAPI("solver", delay_s=latency) as server:
+        port_out.put(server.url)
+        stop.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--latency", type=float, default=0.2)
@@ -38,9 +45,19 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("FLYWHEEL_BENCH_KEY", "bench")
     train, _ = build_suite(1234, 50, 2)
-    with FakeAPI("solver", delay_s=args.latency) as server:
-        conc = throughput(server.url, train[: args.calls], args.concurrency)
-        seq = throughput(server.url, train[: args.sequential_calls], 1)
+    # The server runs in its own process, so that it does not share the client's interpreter lock.
+    ctx = mp.get_context("fork")
+    port_out, stop = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_serve, args=(args.latency, port_out, stop), daemon=True)
+    proc.start()
+    try:
+        url = port_out.get(timeout=30)
+        throughput(url, train[:8], args.concurrency)  # warm-up: imports, first connections
+        conc = throughput(url, train[: args.calls], args.concurrency)
+        seq = throughput(url, train[: args.sequential_calls], 1)
+    finally:
+        stop.set()
+        proc.join(timeout=10)
     print(f"server latency {args.latency * 1000:.0f} ms per call")
     print(f"sequential:       {seq:8.2f} calls/s ({args.sequential_calls} calls, max_concurrency=1)")
     print(f"{args.concurrency}-way concurrent: {conc:8.2f} calls/s ({args.calls} calls)")

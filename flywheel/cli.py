@@ -14,6 +14,8 @@ import typer
 for _key, _value in {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel",
+    # The temporary local Prefect server may start slowly on a busy 2-core machine (default 20 s).
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -68,6 +70,10 @@ def _print_result(run_dir: Path) -> None:
     typer.echo(reports.text_table(rows))
     typer.echo("\nTarget progress on the held-out eval split:\n")
     typer.echo(reports.progress_table(summary))
+    usage = reports.usage_lines(summary)
+    if usage:
+        typer.echo("\nUsage over the run (API calls, tokens, cost):\n")
+        typer.echo(usage)
 
 
 @app.command(name="bootstrap")
@@ -202,10 +208,22 @@ def elo(
     by: Annotated[Optional[str], typer.Option("--by", help="'category': one leaderboard per category.")] = None,
     subset: Annotated[Optional[str], typer.Option(help="Eval subset: diverse, hard or mix (WizardArena).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: Elo history with CI bands, win-rate heatmap.")] = None,
+    reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
     _check_format(format)
     last, rows = _latest_ratings(run_dir)
+    if reference is not None:
+        from flywheel.battlelog import BattleLogError, read_reference
+        from flywheel.ratings import Rating, consistency
+
+        try:
+            cons = consistency([Rating(**{k: r[k] for k in Rating.__dataclass_fields__}) for r in rows],
+                               read_reference(reference))
+        except (BattleLogError, ValueError) as e:
+            fail(str(e))
+        typer.echo(json.dumps(cons, indent=2) if format == "json" else "consistency with the reference: " + json.dumps(cons))
+        return
     if plot is not None:
         _plot(run_dir, plot)
         return

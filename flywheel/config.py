@@ -151,6 +151,7 @@ class RatingConfig(Strict):
     scale: float = Field(400.0, gt=0, description="Elo scale.")
     base: float = Field(10.0, gt=1, description="Elo base.")
     init: float = Field(1000.0, description="Mean rating (the rating at zero log-strength).")
+    online_k: float = Field(4.0, gt=0, description="K factor of the online Elo shown for live progress.")
 
 
 class CurateConfig(Strict):

@@ -307,7 +307,7 @@ def rate(ctx: Context, k: int) -> dict[str, Any]:
     a, b, w = _rated(ctx, k, "train")
     rc = ctx.cfg.rating
     board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.run.seed + k, rc.scale, rc.base, rc.init)
-    online = online_elo(a, b, w, scale=rc.scale, base=rc.base, init=rc.init)
+    online = online_elo(a, b, w, k_factor=rc.online_k, scale=rc.scale, base=rc.base, init=rc.init)
     js = ctx.store.judgments(k, "train")
     arms: dict[str, list[float]] = {}
     for bt in ctx.store.battles(k, "train"):

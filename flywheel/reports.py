@@ -31,7 +31,7 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm")}
+    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player")}
     line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
@@ -105,3 +105,19 @@ def progress_table(summary: dict[str, Any]) -> str:
                     f"({ev['accuracy'] - first['accuracy']:+.3f})  elo {ev['elo']:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]"
                 )
     return "\n".join(lines)
+
+
+def usage_lines(summary: dict[str, Any]) -> str:
+    """Per player, totals over the run of generations, failures, API calls, retries, tokens, cost."""
+    totals: dict[str, dict[str, float]] = {}
+    for e in summary.get("iterations", []):
+        for player, u in e.get("usage", {}).items():
+            acc = totals.setdefault(player, {})
+            for k, v in u.items():
+                acc[k] = acc.get(k, 0) + v
+    rows = [{"player": p, **{k: round(v, 6) for k, v in u.items()}} for p, u in sorted(totals.items())
+            if u.get("calls")]
+    if not rows:
+        return ""
+    cols = ("player", "calls", "retries", "failures", "input_tokens", "output_tokens", "cost_usd")
+    return text_table(rows, cols)

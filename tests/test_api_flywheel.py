@@ -62,3 +62,27 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
             assert SECRET.encode() not in f.read_bytes(), f
     assert SECRET not in proc.stdout + proc.stderr
     assert "FLYWHEEL_SECRET" in (run / "config.yaml").read_text()  # the variable's name is kept
+    assert "Usage over the run" in proc.stdout and "cost_usd" in proc.stdout
+
+
+def test_a_served_target_gets_each_version_as_a_lora_adapter(tiny_models_dir, tmp_path, cli_env):
+    with FakeAPI("solver", wrong_every=2) as vllm:
+        tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="served", run__iterations=1)
+        tree["targets"] = [{"name": "student", "kind": "openai", "model": "base-model", "base_urls": [vllm.url],
+                            "path": str(tiny_models_dir / "student"), "serve_lora": True, "backoff_s": 0.01}]
+        tree["opponents"] = [{"name": "calc"}, {"name": "scribe"}]
+        tree["train"].update({"lora": True, "lora_r": 4})
+        path = tmp_path / "served.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=cli_env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "served"
+    adapter = run / "models" / "student@1"
+    assert (adapter / "adapter_config.json").exists()
+    loads = [r for r in vllm.requests if r["path"].endswith("/load_lora_adapter")]
+    assert [r["body"] for r in loads] == [{"lora_name": "student@1", "lora_path": str(adapter.resolve())}]
+    models = {r["body"]["model"] for r in vllm.requests if r["path"].endswith("/chat/completions")}
+    assert models == {"base-model", "student@1"}  # version 0 is the base; version 1 the adapter
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["iterations"][1]["eval"]) == {"student@1"}

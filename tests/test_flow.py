@@ -159,3 +159,14 @@ def test_bandit_state_and_report(finished_run, cli_env):
     rows = json.loads(out.stdout)
     assert {r["target"] for r in rows} == {"student"} and sum(r["battles"] for r in rows) == 48
     assert {"arm", "share", "pulls", "value"} <= set(rows[0])
+
+
+def test_elo_consistency_with_a_reference(finished_run, cli_env, tmp_path):
+    rows = json.loads((finished_run.root / "ratings" / "iter-0002.json").read_text())
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({r["model"]: r["rating"] for r in rows}))
+    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(finished_run.root), "--reference", str(ref),
+                          "--format", "json"], capture_output=True, text=True, env=cli_env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    cons = json.loads(out.stdout)
+    assert cons["spearman"] == 1.0 and cons["models"] == len(rows)
