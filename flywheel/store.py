@@ -52,6 +52,20 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+def save_checkpoint(model, tokenizer, out: Path) -> None:
+    """``save_pretrained`` a model and its tokenizer atomically: a temporary directory, then a rename."""
+    import shutil
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     if not path.exists():
         return default

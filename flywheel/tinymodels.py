@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import random
-import shutil
 import string
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from flywheel.config import ModelSpec, WorldConfig
 from flywheel.records import Prompt
+from flywheel.store import save_checkpoint
 from flywheel.tasks import build_suite
 
 log = logging.getLogger("flywheel")
@@ -138,13 +138,7 @@ def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = 
         tokenizer = build_tokenizer()
         model = build_model(spec, len(tokenizer), seed=world.seed + i)
         loss = pretrain(model, tokenizer, pool, spec, world.batch_size, seed=world.seed + i)
-        tmp = world.models_dir / f".tmp-{spec.name}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+        save_checkpoint(model, tokenizer, out)
         log.info("bootstrapped %s: %d steps, loss %.3f, %.1fs", spec.name, spec.steps, loss, time.perf_counter() - t0)
         made.append(out)
     return made

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.config import TrainConfig
+from flywheel.store import save_checkpoint
 
 log = logging.getLogger("flywheel")
 
@@ -49,18 +49,6 @@ def _peft_config(cfg: TrainConfig):
     return LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
-def _save(model, tokenizer, out: Path) -> None:
-    """Write a checkpoint atomically: a temporary directory, then a rename."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-
-
 def train_version(
     base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int,
     adapter: str | None = None, keep_adapter: bool = False,
@@ -89,7 +77,7 @@ def train_version(
     if cfg.method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
         plan.append(("dpo", dpo_data))
     if steps <= 0 or not plan:
-        _save(model, tokenizer, out)
+        save_checkpoint(model, tokenizer, out)
         return TrainResult(0, None, 0)
     per_stage = max(1, steps // len(plan))
     total, loss, examples = 0, None, 0
@@ -117,5 +105,5 @@ def train_version(
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
             log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, result.global_step, len(data), loss)
-    _save(model, tokenizer, out)
+    save_checkpoint(model, tokenizer, out)
     return TrainResult(total, loss, examples)
