@@ -10,6 +10,7 @@ nothing twice. The Prefect flow in ``flows/`` wraps each stage as a task.
 from __future__ import annotations
 
 import functools
+import re
 import importlib.metadata
 import logging
 import time
@@ -180,11 +181,10 @@ def _bandit_path(ctx: Context, target: str, k: int, rnd: int) -> Path:
 def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
     """The target's bandit state after the latest round before (k, rnd), or a fresh one."""
     before = []
-    for path in (ctx.store.root / "bandits").glob(f"iter-*-r*-{target}.json"):
-        it, r = path.name.split("-")[1], path.name.split("-")[2]
-        key = (int(it), int(r[1:]))
-        if key < (k, rnd):
-            before.append((key, path))
+    for path in (ctx.store.root / "bandits").glob("iter-*-r*-*.json"):
+        m = re.fullmatch(r"iter-(\d+)-r(\d+)-(.+)\.json", path.name)
+        if m and m[3] == target and (int(m[1]), int(m[2])) < (k, rnd):  # names may contain dashes
+            before.append(((int(m[1]), int(m[2])), path))
     if before:
         return Selector.from_state(read_json(max(before)[1]))
     return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell), ctx.roster.opponents)

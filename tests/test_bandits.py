@@ -90,3 +90,17 @@ def test_yield_reward_counts_only_new_training_examples():
     js = {j.battle_id: j for _, j in pairs}
     got = feedback("yield", [x for x, _ in pairs], js, "student", {}, yielded={"0+2="})
     assert [r for _, _, r in got] == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
+    from flywheel.config import FlywheelConfig
+    from flywheel.pipeline import Context, _bandit_path, load_selector
+    from flywheel.store import RunStore, atomic_write_json
+
+    cfg = FlywheelConfig.model_validate({"targets": [{"name": "x"}, {"name": "y-x"}]})
+    ctx = Context(cfg, RunStore(tmp_path))
+    other = load_selector(ctx, "y-x", 1, 1)
+    other.prompt.update([0, 0], [1.0, 1.0])
+    atomic_write_json(_bandit_path(ctx, "y-x", 1, 1), other.state())
+    assert load_selector(ctx, "x", 1, 2).prompt.rounds == 0
+    assert load_selector(ctx, "y-x", 1, 2).prompt.rounds == 1
