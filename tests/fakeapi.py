@@ -95,6 +95,9 @@ class FakeAPI:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real API servers do (every reply has a length)
+            disable_nagle_algorithm = True  # headers and body go out at once, no delayed-ACK stall
+
             def log_message(self, *args) -> None:  # quiet
                 pass
 
