@@ -52,6 +52,8 @@ class FakeAPI:
         self.wrong_every = wrong_every
         self.faults: list[Any] = []
         self.requests: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.lock = threading.Lock()
         handler = self._handler()
 
@@ -119,6 +121,15 @@ class FakeAPI:
                                          "t": time.monotonic()})
                     n = len(api.requests)
                     fault = api.faults.pop(0) if api.faults else None
+                    api.in_flight += 1
+                    api.max_in_flight = max(api.max_in_flight, api.in_flight)
+                try:
+                    self._answer(body, n, fault)
+                finally:
+                    with api.lock:
+                        api.in_flight -= 1
+
+            def _answer(self, body: dict, n: int, fault: Any) -> None:
                 if api.delay_s:
                     time.sleep(api.delay_s)
                 if self.path.endswith("/load_lora_adapter"):
