@@ -41,20 +41,22 @@ def generate_cached(
     cache = store.cached()
     out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
     todo = list({p.id: p for p in prompts if p.id not in out}.values())
+    gens: list[Generation] = []
+    player_obj = roster.player(player) if todo else None
+    before = _usage(player_obj)
     if todo:
-        player_obj = roster.player(player)
-        before = _usage(player_obj)
-        gens = player_obj.generate(todo, params)
+        gens = player_obj.generate(todo, params)  # type: ignore[union-attr]
         if len(gens) != len(todo):
             raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
         store.cache_put((key[g.prompt_id], g.text) for g in gens if g.ok)
         out.update({g.prompt_id: g for g in gens})
+    if prompts:
         after = _usage(player_obj)
         row = {"iteration": iteration, "phase": phase, "player": player, "generated": len(todo),
                "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
         store.append_jsonl("usage.jsonl", row)
-        log.info("%s generated %d answers (%d cached, %d failed)", player, len(todo), row["cached"], row["failed"])
+        log.info("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
     return out
 
 

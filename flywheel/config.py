@@ -29,6 +29,9 @@ class RunConfig(Strict):
     iterations: int = Field(3, ge=1, le=1000, description="Flywheel iterations after the baseline.")
     seed: int = Field(0, description="Seed for selection, seating, training and bootstraps.")
     shard_size: int = Field(500, ge=1, description="Battles per log shard (the unit a kill can lose).")
+    cache_dir: Path | None = Field(None, description="Generation cache shared by runs (e.g. data/cache), so a "
+                                   "repeated run does not pay twice; default: the run's own cache/. Share it only "
+                                   "while models at a path do not change.")
 
 
 class TaskSuiteConfig(Strict):

@@ -89,10 +89,10 @@ def open_run(cfg: FlywheelConfig, resume: Path | None = None) -> Context:
     if resume is not None:
         from flywheel.config import load_config
 
-        store = RunStore(resume)
         if not (resume / "config.yaml").exists():
             raise FileNotFoundError(f"{resume} is not a run directory (no config.yaml)")
         cfg = load_config(resume / "config.yaml")
+        store = RunStore(resume, cfg.run.cache_dir)
         store.lock()
         return Context(cfg, store)
     run_id = cfg.run.name or new_run_id()
@@ -101,7 +101,7 @@ def open_run(cfg: FlywheelConfig, resume: Path | None = None) -> Context:
         raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
     cfg = cfg.model_copy(deep=True)
     cfg.run.name = run_id
-    store = RunStore(root)
+    store = RunStore(root, cfg.run.cache_dir)
     store.lock()
     ctx = Context(cfg, store)
     atomic_write_text(root / "config.yaml", dump_config(cfg))

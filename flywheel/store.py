@@ -79,8 +79,9 @@ def iter_name(k: int) -> str:
 class RunStore:
     """Reads and writes one run directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cache_dir: Path | None = None) -> None:
         self.root = Path(root)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
         self._lock_fd: int | None = None
         self._cache: dict[str, str] | None = None
 
@@ -154,6 +155,7 @@ class RunStore:
     # -- small append-only logs ------------------------------------------------------------
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
         path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
             f.flush()
@@ -173,7 +175,7 @@ class RunStore:
 
     # -- generation cache ------------------------------------------------------------------
     def _cache_path(self) -> Path:
-        return self.root / "cache" / "generations.jsonl"
+        return self.cache_dir / "generations.jsonl"
 
     def cached(self) -> dict[str, str]:
         if self._cache is None:
