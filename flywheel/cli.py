@@ -52,8 +52,11 @@ def run(
         fail(str(e))
     if resume is not None and not (resume / "config.yaml").is_file():
         fail(f"--resume {resume}: not a run directory (no config.yaml)")
+    import logging
+
     from flows.flywheel_flow import flywheel
 
+    logging.getLogger("flywheel").setLevel(logging.INFO)  # stage progress (pre-training, generation, training)
     try:
         run_dir = flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None)
     except (RunLockedError, FileExistsError) as e:
