@@ -12,7 +12,7 @@ import yaml
 from tests.conftest import tiny_tree
 from tests.fakeapi import FakeAPI
 
-SECRET = "sk-test-flywheel-SECRET-0123456789abcdef"
+SECRET = "fake-test-key-flywheel-SECRET-0123456789abcdef"
 
 
 def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):

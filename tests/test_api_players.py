@@ -15,7 +15,7 @@ FAST = RetryPolicy(max_retries=2, backoff_s=0.01, max_backoff_s=2)
 
 @pytest.fixture(autouse=True)
 def key(monkeypatch):
-    monkeypatch.setenv("FLYWHEEL_TEST_KEY", "sk-test-secret-0123456789abcdefghij")
+    monkeypatch.setenv("FLYWHEEL_TEST_KEY", "fake-test-key-0123456789abcdefghij")
 
 
 def openai_player(*servers, **kw):
@@ -38,7 +38,7 @@ def test_success_tokens_cost_and_the_payload_sent():
         body = sent[PROMPTS[0].text]
         assert body["model"] == "oracle-1" and body["max_tokens"] == 9 and body["seed"] == 3
         assert body["messages"] == [{"role": "user", "content": PROMPTS[0].text}]
-        assert s.requests[0]["headers"]["authorization"] == "Bearer sk-test-secret-0123456789abcdefghij"
+        assert s.requests[0]["headers"]["authorization"] == "Bearer fake-test-key-0123456789abcdefghij"
         tin = sum(len(x.text) for x in PROMPTS)
         tout = sum(len(g.text) for g in gens)
         assert (p.usage.input_tokens, p.usage.output_tokens, p.usage.calls) == (tin, tout, 6)
