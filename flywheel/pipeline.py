@@ -38,7 +38,6 @@ from judges.verifier import VerifierJudge
 
 log = logging.getLogger("flywheel")
 
-STAGES = ("select", "battle", "judge", "rate", "curate", "train", "evaluate", "allocate")
 
 
 @dataclass
@@ -459,7 +458,8 @@ def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
 # -- the summary --------------------------------------------------------------------------------
 def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
     """Append iteration ``k`` to summary.json (replacing an entry a killed run left behind)."""
-    res = {s: stage_result(ctx.store, k, s) or {} for s in STAGES}
+    # select, battle and judge run per round (select-r1, ...); the plans and logs cover them.
+    res = {s: stage_result(ctx.store, k, s) or {} for s in ("curate", "train", "evaluate", "allocate")}
     specs = read_plan(ctx.store, k) or []
     arms: dict[str, int] = {}
     for sp in specs:

@@ -86,19 +86,6 @@ def make_prompt(text: str, answer: str, category: str, level: int, split: str) -
     )
 
 
-def sample_examples(
-    rng: random.Random, categories: Iterable[str], levels: Iterable[int], n: int
-) -> list[tuple[str, str, str, int]]:
-    """``n`` random (prompt, answer, category, level) tuples, uniform over category x level."""
-    cells = [(c, lv) for c in categories for lv in levels]
-    out = []
-    for _ in range(n):
-        c, lv = rng.choice(cells)
-        text, answer = GENERATORS[c](rng, lv)
-        out.append((text, answer, c, lv))
-    return out
-
-
 def build_suite(
     seed: int,
     train_per_cell: int,
