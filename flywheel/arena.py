@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 
+from flywheel.progress import Progress
 from flywheel.records import Battle, BattleSpec, Generation, Prompt, stable_id
 from flywheel.store import RunStore, atomic_write_text
 from flywheel.world import Roster
 from judges.base import PairwiseJudge
 
 log = logging.getLogger("flywheel")
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # which process did the work (mapped shards run anywhere)
 
 
 def write_plan(store: RunStore, iteration: int, rnd: int, specs: list[BattleSpec]) -> None:
@@ -38,7 +42,7 @@ def generate_cached(
     params = roster.params(player)
     ident = roster.identity(player)
     key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature, params.seed) for p in prompts}
-    cache = store.cached()
+    cache = store.generations.data
     out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
     todo = list({p.id: p for p in prompts if p.id not in out}.values())
     gens: list[Generation] = []
@@ -48,11 +52,11 @@ def generate_cached(
         gens = player_obj.generate(todo, params)  # type: ignore[union-attr]
         if len(gens) != len(todo):
             raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
-        store.cache_put((key[g.prompt_id], g.text) for g in gens if g.ok)
+        store.generations.put((key[g.prompt_id], g.text) for g in gens if g.ok)
         out.update({g.prompt_id: g for g in gens})
     if prompts:
         after = _usage(player_obj)
-        row = {"iteration": iteration, "phase": phase, "player": player, "generated": len(todo),
+        row = {"iteration": iteration, "phase": phase, "player": player, "worker": WORKER, "generated": len(todo),
                "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
         store.append_jsonl("usage.jsonl", row)
@@ -74,12 +78,16 @@ def play(
         return 0
     have = {b.battle_id for b in store.battles(specs[0].iteration, specs[0].phase)}
     todo = [s for s in specs if s.battle_id not in have]
-    for start in range(0, len(todo), shard_size):
-        _play_shard(roster, store, todo[start : start + shard_size], prompts)
+    with Progress(len(todo), f"battles iter {specs[0].iteration} {specs[0].phase}", "battles") as bar:
+        for start in range(0, len(todo), shard_size):
+            play_shard(roster, store, todo[start : start + shard_size], prompts)
+            bar.update(len(todo[start : start + shard_size]))
     return len(todo)
 
 
-def _play_shard(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt]) -> None:
+def play_shard(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
+               name: str | None = None) -> None:
+    """Play ``todo`` and append them to the battle log as one shard (named ``name``, if given)."""
     need: dict[str, list[Prompt]] = {}
     for s in todo:
         for m in (s.model_a, s.model_b):
@@ -95,26 +103,37 @@ def _play_shard(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts
             Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
                    s.model_a, s.model_b, ga.text, gb.text, error, s.arm)
         )
-    store.append_battles(battles)
+    store.append_battles(battles, name)
 
 
-def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: str) -> int:
-    """Judge every battle of (iteration, phase) that has no judgment yet. Failed battles are
-    not judged: they stay in the log with their error and never count."""
+def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: str, shard_size: int = 500) -> int:
+    """Judge every battle of (iteration, phase) that has no judgment yet, a shard at a time (each
+    shard's judgments are saved before the next starts). Failed battles are not judged: they
+    stay in the log with their error and never count."""
     done = store.judgments(iteration, phase)
     todo = [b for b in store.battles(iteration, phase) if b.battle_id not in done and b.ok]
+    with Progress(len(todo), f"judgments iter {iteration} {phase}", "battles") as bar:
+        for start in range(0, len(todo), shard_size):
+            judge_shard(judge, store, todo[start : start + shard_size], iteration, phase)
+            bar.update(len(todo[start : start + shard_size]))
+    return len(todo)
+
+
+def judge_shard(judge: PairwiseJudge, store: RunStore, todo: list[Battle], iteration: int, phase: str,
+                name: str | None = None) -> None:
+    """Judge ``todo`` and append the judgments as one shard (named ``name``, if given)."""
     if not todo:
-        return 0
-    model = getattr(judge, "player", None)  # an LLM judge's model: its calls are accounted too
-    before = _usage(model)
+        return
+    llms = judge.llm_judges()
+    before = [(_usage(j.player), j.calls, j.cache_hits) for j in llms]
     judgments = judge.judge(todo)
     if len(judgments) != len(todo):
         raise RuntimeError(f"judge {judge.name} returned {len(judgments)} judgments for {len(todo)} battles")
-    store.append_judgments(judgments, iteration, phase)
-    if model is not None:
-        after = _usage(model)
-        row = {"iteration": iteration, "phase": phase, "player": f"judge:{model.name}", "judged": len(todo),
-               "invalid": sum(1 for j in judgments if not j.valid)}
-        row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
+    store.append_judgments(judgments, iteration, phase, name)
+    for j, (usage, calls, hits) in zip(llms, before):
+        after = _usage(j.player)
+        row = {"iteration": iteration, "phase": phase, "player": f"judge:{j.player.name}", "judged": len(todo),
+               "judge_calls": j.calls - calls, "cache_hits": j.cache_hits - hits,
+               "invalid": sum(1 for x in judgments if not x.valid)}
+        row.update({k: round(after[k] - usage.get(k, 0), 6) for k in after})
         store.append_jsonl("usage.jsonl", row)
-    return len(judgments)

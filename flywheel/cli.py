@@ -52,13 +52,20 @@ def run(
         fail(str(e))
     if resume is not None and not (resume / "config.yaml").is_file():
         fail(f"--resume {resume}: not a run directory (no config.yaml)")
+    if resume is None and cfg.world.prompt_pools:
+        from flywheel.world import world_pools
+
+        try:  # a bad pool fails here, before a run directory exists
+            world_pools(cfg.world)
+        except (OSError, ValueError) as e:
+            fail(str(e))
     import logging
 
-    from flows.flywheel_flow import flywheel
+    from flows.flywheel_flow import run_flywheel
 
     logging.getLogger("flywheel").setLevel(logging.INFO)  # stage progress (pre-training, generation, training)
     try:
-        run_dir = flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None)
+        run_dir = run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None)
     except (RunLockedError, FileExistsError) as e:
         fail(str(e))
     _print_result(Path(run_dir))
@@ -73,6 +80,8 @@ def _print_result(run_dir: Path) -> None:
     typer.echo(reports.text_table(rows))
     typer.echo("\nTarget progress on the held-out eval split:\n")
     typer.echo(reports.progress_table(summary))
+    typer.echo("\nJudge diagnostics per iteration:\n")
+    typer.echo(reports.judge_lines(summary))
     usage = reports.usage_lines(summary)
     if usage:
         typer.echo("\nUsage over the run (API calls, tokens, cost):\n")
@@ -287,6 +296,163 @@ def _plot(run_dir: Path, out: Path) -> None:
     rep = rate(*columns(rated_battles(RunStore(run_dir), None, "eval")), rounds=0)
     plot_run(hist, summary.get("targets", []), rep.models, rep.win_rate, out)
     typer.echo(f"wrote {out}")
+
+
+@app.command()
+def schedule(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    cron: Annotated[Optional[str], typer.Option(help='Cron schedule, e.g. "0 3 * * *".')] = None,
+    interval: Annotated[Optional[float], typer.Option(min=1, help="Run every this many seconds.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+    name: Annotated[str, typer.Option(help="Deployment name.")] = "flywheel",
+    work_pool: Annotated[Optional[str], typer.Option(help="Register the deployment with this work pool "
+                                                     "(served by `prefect worker start`) instead of serving it here.")] = None,
+) -> None:
+    """Create a Prefect deployment of the flywheel on a schedule and serve it (needs a Prefect
+    server: PREFECT_API_URL). Each trigger adds one iteration to the run (schedule.mode continue)
+    or starts a fresh run (schedule.mode fresh)."""
+    if (cron is None) == (interval is None):
+        fail("give exactly one of --cron or --interval")
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    if cron is not None:
+        from prefect.client.schemas.schedules import CronSchedule
+
+        try:
+            CronSchedule(cron=cron)
+        except ValueError as e:
+            fail(f"--cron {cron!r}: {e}")
+    import logging
+
+    from flows.flywheel_flow import scheduled_flywheel
+
+    logging.getLogger("flywheel").setLevel(logging.INFO)
+    cfg.run.root = str(Path(cfg.run.root).resolve())  # triggers run in other processes and folders
+    cfg.world.models_dir = str(Path(cfg.world.models_dir).resolve())
+    params = {"config": cfg.model_dump(mode="json")}
+    when = {"cron": cron} if cron is not None else {"interval": interval}
+    if work_pool is not None:
+        from prefect import Flow
+
+        source = Path(__file__).resolve().parents[1]
+        flow = Flow.from_source(source=str(source), entrypoint="flows/flywheel_flow.py:scheduled_flywheel")
+        dep_id = flow.deploy(name, work_pool_name=work_pool, parameters=params, build=False, push=False,
+                             print_next_steps=False, **when)
+        typer.echo(f"deployment flywheel-scheduled/{name} ({dep_id}) registered with work pool {work_pool}; "
+                   f"start a worker: prefect worker start --pool {work_pool}")
+        return
+    from prefect.deployments.runner import EntrypointType
+
+    typer.echo(f"serving deployment flywheel-scheduled/{name} ({'cron ' + cron if cron else f'every {interval:g} s'}); "
+               "Ctrl-C stops it")
+    scheduled_flywheel.serve(name=name, parameters=params, limit=1, entrypoint_type=EntrypointType.MODULE_PATH, **when)
+
+
+data_app = typer.Typer(no_args_is_help=True, help="Inspect and export the datasets a run made.")
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("ls")
+def data_ls(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+) -> None:
+    """Every dataset of a run, per iteration: SFT and DPO sets and the battle and judgment logs."""
+    from flywheel.dataview import run_datasets
+
+    _check_format(format)
+    try:
+        rows = run_datasets(run_dir)
+    except FileNotFoundError as e:
+        fail(str(e))
+    typer.echo(reports.render(rows, format, ("iteration", "dataset", "rows", "bytes", "path")))
+
+
+@data_app.command("show")
+def data_show(
+    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
+    limit: Annotated[int, typer.Option(min=0, help="Rows to print.")] = 10,
+) -> None:
+    """Print a dataset's first rows as JSON lines."""
+    from flywheel.dataview import read_rows
+
+    try:
+        rows = read_rows(path, limit)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    for r in rows:
+        typer.echo(json.dumps(r, ensure_ascii=False, default=str))
+
+
+@data_app.command("stats")
+def data_stats(
+    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
+) -> None:
+    """Rows, text lengths, categories, sources and judge margins of a dataset (JSON)."""
+    from flywheel.dataview import stats
+
+    try:
+        typer.echo(json.dumps(stats(path), indent=2, default=str))
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+
+
+@data_app.command("export")
+def data_export(
+    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
+    format: Annotated[str, typer.Option("--format", help="jsonl, parquet, sharegpt or alpaca.")] = "jsonl",
+    out: Annotated[Optional[Path], typer.Option(help="Output file (default: <dataset>.<format>.jsonl|parquet beside it).")] = None,
+) -> None:
+    """Write a dataset as JSONL, parquet, ShareGPT or Alpaca records."""
+    from flywheel.dataview import export
+
+    target = out or path.parent / f"{path.name}.{format}.{'parquet' if format == 'parquet' else 'jsonl'}"
+    try:
+        n = export(path, format, target)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    typer.echo(f"wrote {n} rows to {target}")
+
+
+@data_app.command("ingest")
+def data_ingest(
+    files: Annotated[list[Path], typer.Argument(help="Prompt files: JSONL, JSON, CSV or Parquet.")],
+    layout: Annotated[str, typer.Option(help="auto, alpaca, sharegpt, arena-hard or plain.")] = "auto",
+    category: Annotated[str, typer.Option(help="Category of rows that name none.")] = "user",
+    out: Annotated[Optional[Path], typer.Option(help="Write the prompts as one JSONL pool (plain layout).")] = None,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (still listed) instead of failing.")] = False,
+    no_dedup: Annotated[bool, typer.Option("--no-dedup", help="Keep repeated prompts.")] = False,
+) -> None:
+    """Read user prompt pools (Alpaca, ShareGPT, Arena-Hard, plain); report bad rows by line."""
+    from flywheel.prompts import bad_rows_message, ingest
+
+    seen: set[str] = set()
+    prompts, bad, dups = [], [], 0
+    for f in files:
+        try:
+            got = ingest(f, layout, category, not no_dedup, seen)
+        except (OSError, ValueError) as e:
+            fail(str(e))
+        prompts += got.prompts
+        bad += got.bad
+        dups += got.duplicates
+    cats: dict[str, int] = {}
+    for p in prompts:
+        cats[p.category] = cats.get(p.category, 0) + 1
+    typer.echo(json.dumps({"prompts": len(prompts), "duplicates": dups, "bad_rows": len(bad),
+                           "categories": dict(sorted(cats.items()))}))
+    if bad:
+        typer.echo(bad_rows_message(bad), err=True)
+        if not skip_bad:
+            fail("bad rows found; fix them or pass --skip-bad (nothing was written)")
+    if out is not None:
+        from flywheel.store import atomic_write_text
+
+        atomic_write_text(out, "".join(json.dumps({"id": p.id, "prompt": p.text, "category": p.category,
+                                                   "level": p.level, "reference": p.reference}) + "\n" for p in prompts))
+        typer.echo(f"wrote {len(prompts)} prompts to {out}")
 
 
 def main() -> None:

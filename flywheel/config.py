@@ -6,11 +6,12 @@ the field's dotted path in the message (``ConfigError``), before anything is wri
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from flywheel.tasks import CATEGORIES, GENERATORS
 
@@ -32,6 +33,13 @@ class RunConfig(Strict):
     cache_dir: Path | None = Field(None, description="Generation cache shared by runs (e.g. data/cache), so a "
                                    "repeated run does not pay twice; default: the run's own cache/. Share it only "
                                    "while models at a path do not change.")
+    task_runner: Literal["default", "dask", "ray"] = Field(
+        "default", description="Where mapped battle and judgment shards run: Prefect's thread pool, a Dask "
+        "cluster (prefect-dask) or a Ray cluster (prefect-ray).")
+    runner_address: str | None = Field(None, description="Address of an existing Dask scheduler or Ray cluster; "
+                                       "unset: dask starts a local cluster, ray a local instance.")
+    workers: int = Field(1, ge=1, description="Shards at once: threads (default runner) or local Dask worker "
+                         "processes. Threads help API players; local models take turns in one process.")
 
 
 class TaskSuiteConfig(Strict):
@@ -72,9 +80,21 @@ def _default_models() -> list[ModelSpec]:
     ]
 
 
+class PromptPoolConfig(Strict):
+    """A user prompt pool (see flywheel/prompts.py), added to the train pool."""
+
+    path: Path = Field(..., description="JSONL, JSON, CSV or Parquet file.")
+    layout: Literal["auto", "alpaca", "sharegpt", "arena-hard", "plain"] = Field(
+        "auto", description="Row layout; auto tells them apart by their fields.")
+    category: str = Field("user", description="Category of rows that name none (their selection arm).")
+    skip_bad: bool = Field(False, description="Skip unreadable rows (and report them) instead of failing.")
+
+
 class WorldConfig(Strict):
     models_dir: Path = Field(Path("data/models"), description="Where bootstrapped models live.")
     tasks: TaskSuiteConfig = Field(default_factory=TaskSuiteConfig)
+    prompt_pools: list[PromptPoolConfig] = Field([], description="User prompt pools added to the train pool "
+                                                 "(deduplicated, and never an eval prompt).")
     models: list[ModelSpec] = Field(default_factory=_default_models, description="Tiny models.")
     batch_size: int = Field(64, ge=1, description="Pre-training batch size.")
     seed: int = Field(0, description="Pre-training seed (weights and data order).")
@@ -132,19 +152,76 @@ class SelectConfig(Strict):
     pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
 
 
+class VerifierConfig(Strict):
+    """How a verifier checks a response against the reference (see judges/verifier.py)."""
+
+    match: Literal["exact", "numeric", "regex", "callable"] = Field(
+        "exact", description="exact (up to whitespace), numeric (within a tolerance), regex, or a callable.")
+    tolerance: float = Field(1e-6, ge=0, description="numeric: absolute tolerance.")
+    relative_tolerance: float = Field(0.0, ge=0, description="numeric: relative tolerance.")
+    pattern: str | None = Field(None, description="regex: extracts the answer (group 1, else the match); "
+                                "unset = the reference is the regex.")
+    function: str | None = Field(None, description="callable: 'module:function' of (response, reference) "
+                                 "-> bool or score in [0, 1].")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _callable_needs_function(self) -> VerifierConfig:
+        if self.match == "callable" and not self.function:
+            raise ValueError("match callable needs 'function' (module:function)")
+        return self
+
+
 class JudgeConfig(Strict):
-    kind: Literal["verifier", "llm"] = Field("verifier", description="verifier (exact match against the "
-                                             "reference) or llm (a player judges pairwise).")
-    player: PlayerConfig | None = Field(None, description="The judge model, for kind llm (any player kind).")
-    template: str = Field("arena_hard", description="Prompt template: a name in judges/templates or a path.")
+    kind: Literal["verifier", "llm", "hybrid", "panel", "custom"] = Field(
+        "verifier", description="verifier (checks the reference), llm (a player judges pairwise), hybrid "
+        "(verifier where a reference exists, llm elsewhere), panel (several LLM judges), custom.")
+    player: PlayerConfig | None = Field(None, description="The judge model, for kinds llm and hybrid (any player kind).")
+    template: str = Field("arena_hard", description="Prompt template: arena_hard, wizardarena (1-10 scores), "
+                          "or a file path.")
     both_orders: bool = Field(True, description="Judge (A,B) and (B,A) to cancel position bias.")
     inconsistent: Literal["tie", "invalid"] = Field("tie", description="What an order-inconsistent pair becomes.")
     max_parse_retries: int = Field(1, ge=0, description="Re-asks for unparseable output before 'invalid'.")
+    cache: bool = Field(True, description="Keep judge outputs by content hash (run.cache_dir): never judge twice.")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    llm_categories: list[str] = Field([], description="hybrid: categories the LLM judges even with a reference.")
+    panel: list[PlayerConfig] = Field([], description="panel: the judge models (two or more).")
+    aggregate: Literal["majority", "mean"] = Field("majority", description="panel: majority vote, or mean "
+                                                   "score (needs a scores template).")
+    custom: str | None = Field(None, description="custom: 'module:Class' (a PairwiseJudge) or "
+                               "'module:function' (prompt, a, b, reference) -> 'A'|'B'|'tie'|'bothbad'.")
+    options: dict[str, Any] = Field({}, description="custom: keyword arguments of the judge class.")
+
+    @field_validator("template")
+    @classmethod
+    def _template_exists(cls, v: str) -> str:
+        from judges.llm import load_template
+
+        load_template(v)
+        return v
 
     @model_validator(mode="after")
-    def _llm_needs_player(self) -> JudgeConfig:
-        if self.kind == "llm" and self.player is None:
-            raise ValueError("kind llm needs a judge player (judge.player)")
+    def _kind_needs(self) -> JudgeConfig:
+        if self.kind in ("llm", "hybrid") and self.player is None:
+            raise ValueError(f"kind {self.kind} needs a judge player (judge.player)")
+        if self.kind == "panel" and len(self.panel) < 2:
+            raise ValueError("kind panel needs two or more judge players (judge.panel)")
+        if self.kind == "custom" and not self.custom:
+            raise ValueError("kind custom needs judge.custom ('module:Class' or 'module:function')")
+        if self.aggregate == "mean" and self.kind == "panel":
+            from judges.llm import load_template
+
+            if load_template(self.template)[1] != "scores":
+                raise ValueError("aggregate mean needs a scores template (e.g. wizardarena)")
         return self
 
 
@@ -187,6 +264,15 @@ class AllocateConfig(Strict):
     policy: Literal["uniform"] = Field("uniform", description="How compute is shared by targets.")
 
 
+class ScheduleConfig(Strict):
+    """What a scheduled trigger does (``flywheel schedule``)."""
+
+    mode: Literal["continue", "fresh"] = Field("continue", description="continue: every trigger adds one "
+                                               "iteration to the run run.root/run.name; fresh: a new run per trigger.")
+    lock_wait_s: float = Field(0.0, ge=0, description="A trigger that finds the run in use waits this long, "
+                               "then refuses (the run is left untouched).")
+
+
 class FlywheelConfig(Strict):
     run: RunConfig = Field(default_factory=RunConfig)
     world: WorldConfig = Field(default_factory=WorldConfig)
@@ -205,6 +291,7 @@ class FlywheelConfig(Strict):
     evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
 
     @model_validator(mode="after")
     def _unique_names(self) -> FlywheelConfig:

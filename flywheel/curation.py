@@ -71,8 +71,9 @@ def curate(
     return Curated(sft, dpo, dropped)
 
 
-def save_dataset(rows: list, columns: list[str], out: Path, card: str) -> int:
-    """Write ``rows`` as an HF dataset (``save_to_disk``) plus a README card, atomically."""
+def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: dict | None = None) -> int:
+    """Write ``rows`` as an HF dataset (``save_to_disk``) plus a README card and its lineage
+    (``manifest.json``), atomically."""
     from datasets import Dataset, Features, Value
 
     types = {"iteration": Value("int64")}
@@ -84,6 +85,8 @@ def save_dataset(rows: list, columns: list[str], out: Path, card: str) -> int:
     if not rows:
         _write_empty_shard(tmp, features)
     atomic_write_text(tmp / "README.md", card)
+    if lineage is not None:
+        atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns}, indent=2))
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
@@ -103,7 +106,8 @@ def _write_empty_shard(folder: Path, features) -> None:
     atomic_write_text(folder / "state.json", json.dumps(state, indent=2))
 
 
-def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int]) -> str:
+def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int],
+                 players: dict[str, list[str]] | None = None) -> str:
     sources: dict[str, int] = {}
     categories: dict[str, int] = {}
     for r in rows:
@@ -118,7 +122,8 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
     return (
         f"# {kind.upper()} data, iteration {iteration}\n\n"
         f"- rows: {len(rows)}\n- rule: {rule}\n- judge: {judge}\n"
-        f"- filters: {json.dumps(cfg.model_dump())}\n- dropped: {json.dumps(dropped)}\n"
+        + "".join(f"- {role}: {', '.join(names)}\n" for role, names in (players or {}).items())
+        + f"- filters: {json.dumps(cfg.model_dump())}\n- dropped: {json.dumps(dropped)}\n"
         f"- sources: {json.dumps(dict(sorted(sources.items())))}\n"
         f"- categories: {json.dumps(dict(sorted(categories.items())))}\n\n"
         "Open with `datasets.load_from_disk(<this directory>)`.\n"

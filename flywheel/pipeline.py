@@ -22,19 +22,18 @@ from typing import Any
 
 from flywheel import reports
 from flywheel.allocation import allocate
-from flywheel.arena import judge_pending, play, read_plan, write_plan
+from flywheel.arena import judge_pending, judge_shard, play, play_shard, read_plan, write_plan
 from flywheel.config import FlywheelConfig, dump_config
 from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
 from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
 from flywheel.ratings import leaderboard, online_elo
-from flywheel.records import BattleSpec, Prompt, stable_id
+from flywheel.records import Battle, BattleSpec, Prompt, stable_id
 from flywheel import selection
 from flywheel.selection import Selector, arm_of, seat
 from flywheel.store import RunStore, atomic_write_json, atomic_write_text, iter_name, read_json
 from flywheel.training import train_version
-from flywheel.world import Roster, prompt_pools, split_version, versioned
+from flywheel.world import Roster, split_version, versioned, world_pools
 from judges.base import PairwiseJudge
-from judges.verifier import VerifierJudge
 
 log = logging.getLogger("flywheel")
 
@@ -52,7 +51,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.roster = Roster(self.cfg, self.store)
-        self.train_pool, self.eval_split = prompt_pools(self.cfg.world.tasks)
+        self.train_pool, self.eval_split = world_pools(self.cfg.world)
 
     @functools.cached_property
     def prompts(self) -> dict[str, Prompt]:
@@ -60,13 +59,9 @@ class Context:
 
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
-        jc = self.cfg.judge
-        if jc.kind == "llm":
-            from judges.llm import LLMJudge
+        from judges.build import build_judge
 
-            return LLMJudge(self.roster.build(jc.player, jc.player.name), jc.template, jc.both_orders,  # type: ignore[union-attr]
-                            jc.inconsistent, jc.max_parse_retries, jc.player.max_new_tokens)  # type: ignore[union-attr]
-        return VerifierJudge()
+        return build_judge(self.cfg.judge, self.roster, self.store.judge_outputs if self.cfg.judge.cache else None)
 
     @functools.cached_property
     def pool_by_cell(self) -> dict[str, list[Prompt]]:
@@ -81,10 +76,11 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
-def open_run(cfg: FlywheelConfig, resume: Path | None = None) -> Context:
+def open_run(cfg: FlywheelConfig, resume: Path | None = None, lock_wait_s: float = 0.0) -> Context:
     """Create a run directory (config.yaml, manifest.json) or reopen one for ``--resume``.
 
-    On resume the run's own config.yaml is the config; the run directory is locked either way."""
+    On resume the run's own config.yaml is the config; the run directory is locked either way
+    (waiting up to ``lock_wait_s`` for another process to finish with it)."""
     if resume is not None:
         from flywheel.config import load_config
 
@@ -92,8 +88,8 @@ def open_run(cfg: FlywheelConfig, resume: Path | None = None) -> Context:
             raise FileNotFoundError(f"{resume} is not a run directory (no config.yaml)")
         cfg = load_config(resume / "config.yaml")
         store = RunStore(resume, cfg.run.cache_dir)
-        store.lock()
-        return Context(cfg, store)
+        store.lock(lock_wait_s)
+        return _register(Context(cfg, store))
     run_id = cfg.run.name or new_run_id()
     root = Path(cfg.run.root) / run_id
     if (root / "config.yaml").exists():
@@ -101,10 +97,18 @@ def open_run(cfg: FlywheelConfig, resume: Path | None = None) -> Context:
     cfg = cfg.model_copy(deep=True)
     cfg.run.name = run_id
     store = RunStore(root, cfg.run.cache_dir)
-    store.lock()
+    store.lock(lock_wait_s)
+    if (root / "config.yaml").exists():  # created by another process while this one waited
+        store.unlock()
+        raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
     ctx = Context(cfg, store)
     atomic_write_text(root / "config.yaml", dump_config(cfg))
     atomic_write_json(root / "manifest.json", _manifest(ctx))
+    return _register(ctx)
+
+
+def _register(ctx: Context) -> Context:
+    _CONTEXTS[str(ctx.store.root.resolve())] = ctx
     return ctx
 
 
@@ -213,18 +217,77 @@ def select(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> dict[str,
     return {"battles": len(specs), "policy": cfg.policy, "arms": dict(sorted(arms.items()))}
 
 
+# -- shards: the units that mapped tasks play and judge, on any worker ---------------------------
+_CONTEXTS: dict[str, Context] = {}
+
+
+def worker_context(run_dir: str) -> Context:
+    """The Context of a run directory in this process: the flow's own one (registered by
+    open_run), or one a worker builds from the run's config.yaml (without taking the lock,
+    which the flow process holds)."""
+    key = str(Path(run_dir).resolve())
+    if key not in _CONTEXTS:
+        from flywheel.config import load_config
+
+        cfg = load_config(Path(run_dir) / "config.yaml")
+        _CONTEXTS[key] = Context(cfg, RunStore(Path(run_dir), cfg.run.cache_dir))
+    return _CONTEXTS[key]
+
+
+def shard_name(k: int, rnd: int, i: int) -> str:
+    return f"{iter_name(k)}-train-r{rnd}-s{i:04d}"
+
+
+def shard_count(ctx: Context, k: int, rnd: int) -> int:
+    """How many shards round ``rnd``'s plan has (``run.shard_size`` battles each)."""
+    n = len(read_plan(ctx.store, k, rnd) or [])
+    return -(-n // ctx.cfg.run.shard_size)
+
+
+def play_round_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
+    """Play shard ``i`` of round ``rnd``'s plan into ``battles/<shard name>.parquet``, unless that
+    file exists (a shard is written whole or not at all). Returns the battles played now."""
+    ctx = worker_context(run_dir)
+    name, size = shard_name(k, rnd, i), ctx.cfg.run.shard_size
+    if ctx.store.shard_exists("battles", name):
+        return 0
+    have = {b.battle_id for b in ctx.store.battles(k, "train")}
+    todo = [s for s in (read_plan(ctx.store, k, rnd) or [])[i * size:(i + 1) * size] if s.battle_id not in have]
+    play_shard(ctx.roster, ctx.store, todo, ctx.prompts, name)
+    return len(todo)
+
+
+def judge_round_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
+    """Judge the battles of shard ``i`` of round ``rnd`` into ``judgments/<shard name>.parquet``."""
+    ctx = worker_context(run_dir)
+    name = shard_name(k, rnd, i)
+    if ctx.store.shard_exists("judgments", name):
+        return 0
+    done = ctx.store.judgments(k, "train")
+    todo = [b for b in ctx.store.read_shard("battles", name, Battle) if b.ok and b.battle_id not in done]
+    judge_shard(ctx.judge, ctx.store, todo, k, "train", name)
+    return len(todo)
+
+
 @_stage("battle", per_round=True)
 def battle(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
-    """Play the round's planned battles that are not in the battle log yet."""
+    """Play the round's planned battles that are not in the battle log yet (after the mapped
+    shards, nothing is left; run alone, this plays every shard here)."""
+    for i in range(shard_count(ctx, k, rnd)):
+        play_round_shard(str(ctx.store.root), k, rnd, i)
     specs = read_plan(ctx.store, k, rnd) or []
     new = play(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
-    return {"planned": len(specs), "new": new}
+    ids = {s.battle_id for s in specs}
+    return {"planned": len(specs), "logged": sum(1 for b in ctx.store.battles(k, "train") if b.battle_id in ids),
+            "played_outside_shards": new}
 
 
 @_stage("judge", per_round=True)
 def judge(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
     """Judge the iteration's unjudged train battles, then feed the round's rewards to the bandits."""
-    new = judge_pending(ctx.judge, ctx.store, k, "train")
+    for i in range(shard_count(ctx, k, rnd)):
+        judge_round_shard(str(ctx.store.root), k, rnd, i)
+    new = judge_pending(ctx.judge, ctx.store, k, "train", ctx.cfg.run.shard_size)
     js = ctx.store.judgments(k, "train")
     update_bandits(ctx, k, rnd, js)
     counts: dict[str, int] = {}
@@ -326,11 +389,22 @@ def rate(ctx: Context, k: int) -> dict[str, Any]:
 def curate_stage(ctx: Context, k: int) -> dict[str, Any]:
     """Turn this iteration's judged battles into SFT and DPO datasets on disk."""
     eval_texts = {p.text for p in ctx.eval_split}
-    cur = curate(ctx.store.battles(k, "train"), ctx.store.judgments(k, "train"), ctx.roster.targets,
-                 eval_texts, ctx.cfg.curate)
+    battles = ctx.store.battles(k, "train")
+    cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, eval_texts, ctx.cfg.curate)
     d = ctx.store.iter_dir(k)
-    n_sft = save_dataset(cur.sft, SFT_COLUMNS, d / "sft", dataset_card("sft", k, cur.sft, ctx.judge.name, ctx.cfg.curate, cur.dropped))
-    n_dpo = save_dataset(cur.dpo, DPO_COLUMNS, d / "dpo", dataset_card("dpo", k, cur.dpo, ctx.judge.name, ctx.cfg.curate, cur.dropped))
+    contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
+    players = {"targets": [m for m in contestants if "@" in m], "opponents": [m for m in contestants if "@" not in m]}
+    lineage = {
+        "run_id": ctx.cfg.run.name, "iteration": k, "judge": ctx.judge.name, **players,
+        "battle_log": sorted(str(p.relative_to(ctx.store.root)) for p in (ctx.store.root / "battles").glob(f"{iter_name(k)}-train-*.parquet")),
+        "judgment_log": sorted(str(p.relative_to(ctx.store.root)) for p in (ctx.store.root / "judgments").glob(f"{iter_name(k)}-train-*.parquet")),
+        "battles": len(battles), "curate": ctx.cfg.curate.model_dump(), "dropped": cur.dropped,
+        "eval_split_hash": stable_id(*sorted(eval_texts)), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    n_sft = save_dataset(cur.sft, SFT_COLUMNS, d / "sft", dataset_card("sft", k, cur.sft, ctx.judge.name, ctx.cfg.curate, cur.dropped, players),
+                         {"kind": "sft", **lineage})
+    n_dpo = save_dataset(cur.dpo, DPO_COLUMNS, d / "dpo", dataset_card("dpo", k, cur.dpo, ctx.judge.name, ctx.cfg.curate, cur.dropped, players),
+                         {"kind": "dpo", **lineage})
     return {"sft_examples": n_sft, "dpo_pairs": n_dpo, "dropped": cur.dropped}
 
 
@@ -381,7 +455,7 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
                 a, b = seat(key, v, opp)
                 specs.append(BattleSpec(key, k, "eval", p.id, a, b, arm_of(p)))
     play(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
-    judge_pending(ctx.judge, ctx.store, k, "eval")
+    judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     a, b, w = _rated(ctx, None, "eval")
     rc = ctx.cfg.rating
     board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)
@@ -476,6 +550,7 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
         "allocation": res["allocate"],
         "arms": dict(sorted(arms.items())),
         "usage": usage_summary(ctx.store, k),
+        "judge": judge_report(ctx, k),
         "bandit": bandit_report(ctx, k) if k > 0 else {},
         "wall_s": round(wall_s, 2),
     }
@@ -485,6 +560,17 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
     summary["iterations"].sort(key=lambda e: e["iteration"])
     atomic_write_json(path, summary)
     return entry
+
+
+def judge_report(ctx: Context, k: int) -> dict[str, Any]:
+    """Iteration ``k``'s judge diagnostics: invalid verdicts, position flips, length bias,
+    self-preference and (for panels) agreement, over its train and eval battles."""
+    from judges.diagnostics import diagnose
+    from judges.verifier import VerifierJudge
+
+    vc = ctx.cfg.judge.verifier
+    verifier = VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function)
+    return diagnose(ctx.store.battles(k), ctx.store.judgments(k), ctx.judge.model, verifier)
 
 
 def usage_summary(store: RunStore, k: int) -> dict[str, dict[str, float]]:

@@ -103,7 +103,11 @@ class Battle(_Row):
 
 @dataclass(frozen=True)
 class Judgment(_Row):
-    """A judge's decision on one battle. ``winner`` is None when the judgment is invalid."""
+    """A judge's decision on one battle. ``winner`` is None when the judgment is invalid.
+
+    ``margin`` is the verdict's strength (0 for a tie). ``flip`` says whether the two orders
+    disagreed (None when only one order was judged); ``members`` holds a panel's member verdicts
+    as JSON."""
 
     battle_id: str
     judge: str
@@ -113,6 +117,8 @@ class Judgment(_Row):
     score_b: float | None = None
     raw: str = ""
     error: str | None = None
+    flip: bool | None = None
+    members: str = ""
 
     @property
     def valid(self) -> bool:

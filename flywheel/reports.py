@@ -31,7 +31,7 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player")}
+    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge")}
     line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
@@ -121,3 +121,24 @@ def usage_lines(summary: dict[str, Any]) -> str:
         return ""
     cols = ("player", "calls", "retries", "failures", "input_tokens", "output_tokens", "cost_usd")
     return text_table(rows, cols)
+
+
+def judge_lines(summary: dict[str, Any]) -> str:
+    """Per iteration: the judge's invalid verdicts, position-flip rate, length bias,
+    self-preference and panel agreement (see judges/diagnostics.py)."""
+    rows = []
+    for e in summary.get("iterations", []):
+        d = e.get("judge") or {}
+        if not d.get("judged"):
+            continue
+        sp = d.get("self_preference") or {}
+        panel = d.get("panel") or {}
+        rows.append({"iteration": e["iteration"], "judge": d["judge"], "judged": d["judged"], "invalid": d["invalid"],
+                     "flip_rate": _blank(d["flip_rate"]["rate"]), "longer_wins": _blank(d["length_bias"]["longer_wins"]),
+                     "self_pref": _blank(sp.get("excess")), "kappa": _blank(panel.get("kappa"))})
+    cols = ("iteration", "judge", "judged", "invalid", "flip_rate", "longer_wins", "self_pref", "kappa")
+    return text_table(rows, cols) if rows else "(no judgments)"
+
+
+def _blank(v: Any) -> Any:
+    return "-" if v is None else v

@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,19 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def _append_bytes(path: Path, text: str) -> None:
+    """Append ``text`` in one O_APPEND write (then fsync): lines that several processes append
+    at once (mapped tasks on other workers) land whole, never interleaved."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -83,18 +97,27 @@ class RunStore:
         self.root = Path(root)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
         self._lock_fd: int | None = None
-        self._cache: dict[str, str] | None = None
+        self.generations = JsonlCache(self.cache_dir / "generations.jsonl")
+        self.judge_outputs = JsonlCache(self.cache_dir / "judgments.jsonl")
 
     # -- locking ---------------------------------------------------------------------------
-    def lock(self) -> None:
-        """Take the run's lock, or fail at once if another process is using this directory."""
+    def lock(self, wait_s: float = 0.0) -> None:
+        """Take the run's lock; if another process holds it, wait up to ``wait_s`` seconds, then
+        fail with a message that says so (the directory is left untouched)."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunLockedError(f"{self.root} is in use by another flywheel process") from None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    waited = f" (waited {wait_s:g} s)" if wait_s else ""
+                    raise RunLockedError(f"{self.root} is in use by another flywheel process{waited}; "
+                                         "nothing was changed") from None
+                time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         self._lock_fd = fd
 
     def unlock(self) -> None:
@@ -111,13 +134,16 @@ class RunStore:
         return self.root / "models" / versioned_name
 
     # -- append-only shards ----------------------------------------------------------------
-    def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type) -> Path | None:
+    def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:
+        """Write one shard: ``name`` (a mapped task's own shard, race-free) or the next number."""
         if not rows:
             return None
         folder = self.root / kind
         folder.mkdir(parents=True, exist_ok=True)
-        n = len(list(folder.glob(f"{prefix}-*.parquet")))
-        path = folder / f"{prefix}-{n:05d}.parquet"
+        if name is None:
+            n = len(list(folder.glob(f"{prefix}-*.parquet")))
+            name = f"{prefix}-{n:05d}"
+        path = folder / f"{name}.parquet"
         tmp = folder / f".{path.name}.tmp"
         pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(cls)), tmp)
         os.replace(tmp, path)
@@ -138,16 +164,23 @@ class RunStore:
             return ""
         return iter_name(iteration) + (f"-{phase}" if phase else "")
 
-    def append_battles(self, battles: list[Battle]) -> None:
+    def append_battles(self, battles: list[Battle], name: str | None = None) -> None:
         for (k, phase), group in _group(battles, lambda b: (b.iteration, b.phase)).items():
-            self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group], Battle)
+            self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group], Battle, name)
+
+    def shard_exists(self, kind: str, name: str) -> bool:
+        return (self.root / kind / f"{name}.parquet").exists()
+
+    def read_shard(self, kind: str, name: str, cls: type[R]) -> list[R]:
+        path = self.root / kind / f"{name}.parquet"
+        return [cls.from_row(r) for r in pq.read_table(path).to_pylist()] if path.exists() else []
 
     def battles(self, iteration: int | None = None, phase: str | None = None) -> list[Battle]:
         rows = self._read("battles", Battle, self._prefix(iteration, phase))
         return [b for b in rows if phase is None or b.phase == phase]
 
-    def append_judgments(self, judgments: list[Judgment], iteration: int, phase: str) -> None:
-        self._append("judgments", f"{iter_name(iteration)}-{phase}", [j.to_row() for j in judgments], Judgment)
+    def append_judgments(self, judgments: list[Judgment], iteration: int, phase: str, name: str | None = None) -> None:
+        self._append("judgments", f"{iter_name(iteration)}-{phase}", [j.to_row() for j in judgments], Judgment, name)
 
     def judgments(self, iteration: int | None = None, phase: str | None = None) -> dict[str, Judgment]:
         return {j.battle_id: j for j in self._read("judgments", Judgment, self._prefix(iteration, phase))}
@@ -156,10 +189,7 @@ class RunStore:
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        _append_bytes(path, json.dumps(row) + "\n")
 
     def read_jsonl(self, name: str) -> list[dict[str, Any]]:
         path = self.root / name
@@ -173,34 +203,36 @@ class RunStore:
                 continue  # a line cut short by a kill
         return rows
 
-    # -- generation cache ------------------------------------------------------------------
-    def _cache_path(self) -> Path:
-        return self.cache_dir / "generations.jsonl"
 
-    def cached(self) -> dict[str, str]:
-        if self._cache is None:
-            self._cache = {}
-            path = self._cache_path()
-            if path.exists():
-                for line in path.read_text(encoding="utf-8").splitlines():
+
+class JsonlCache:
+    """An append-only key -> text cache in one JSONL file (generations, judge outputs). A line
+    cut short by a kill is skipped on reading: its entry is simply computed again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._data: dict[str, str] | None = None
+
+    @property
+    def data(self) -> dict[str, str]:
+        if self._data is None:
+            self._data = {}
+            if self.path.exists():
+                for line in self.path.read_text(encoding="utf-8").splitlines():
                     try:
                         row = json.loads(line)
                     except json.JSONDecodeError:
-                        continue  # a line cut short by a kill; its generation is simply redone
-                    self._cache[row["key"]] = row["text"]
-        return self._cache
+                        continue
+                    self._data[row["key"]] = row["text"]
+        return self._data
 
-    def cache_put(self, items: Iterable[tuple[str, str]]) -> None:
+    def put(self, items: Iterable[tuple[str, str]]) -> None:
         items = list(items)
         if not items:
             return
-        path = self._cache_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as f:
-            f.write("".join(json.dumps({"key": k, "text": t}) + "\n" for k, t in items))
-            f.flush()
-            os.fsync(f.fileno())
-        self.cached().update(items)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _append_bytes(self.path, "".join(json.dumps({"key": k, "text": t}) + "\n" for k, t in items))
+        self.data.update(items)
 
 
 _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}

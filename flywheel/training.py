@@ -98,6 +98,9 @@ def train_version(
                 trainer = DPOTrainer(model=model, args=args,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
                                      processing_class=tokenizer, peft_config=peft)
+            from flywheel.progress import trainer_callback
+
+            trainer.add_callback(trainer_callback(f"train {kind} {out.name}", per_stage))
             result = trainer.train()
             total += result.global_step
             loss = float(result.training_loss)

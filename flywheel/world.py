@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig
+from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.players import Player, SamplingParams, create_player
 from flywheel.records import Prompt
 from flywheel.store import RunStore
@@ -21,6 +21,25 @@ def _suite(seed: int, train_per_cell: int, eval_per_cell: int, cats: tuple, leve
 def prompt_pools(tasks: TaskSuiteConfig) -> tuple[list[Prompt], list[Prompt]]:
     """(train pool, eval split) of the embedded task suite."""
     return _suite(tasks.seed, tasks.train_per_cell, tasks.eval_per_cell, tuple(tasks.categories), tuple(tasks.levels))
+
+
+def world_pools(world: WorldConfig) -> tuple[list[Prompt], list[Prompt]]:
+    """(train pool, eval split): the task suite plus the user prompt pools. A pool prompt that
+    repeats an eval or earlier prompt is dropped; a bad row fails with its file and line unless
+    the pool says ``skip_bad``."""
+    from flywheel.prompts import bad_rows_message, ingest
+
+    train, evals = prompt_pools(world.tasks)
+    if not world.prompt_pools:
+        return train, evals
+    seen = {" ".join(p.text.split()) for p in train + evals}
+    train = list(train)
+    for pool in world.prompt_pools:
+        got = ingest(pool.path, pool.layout, pool.category, True, seen)
+        if got.bad and not pool.skip_bad:
+            raise ValueError(f"prompt pool {pool.path}: {bad_rows_message(got.bad)}")
+        train += got.prompts
+    return train, evals
 
 
 def versioned(name: str, k: int) -> str:

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
-from flywheel.records import Battle, Judgment
+from flywheel.records import Battle, Judgment, stable_id
+
+
+def pair_battle(prompt: str, response_a: str, response_b: str, reference: str | None = None,
+                category: str = "", model_a: str = "A", model_b: str = "B") -> Battle:
+    """A battle record for a bare (prompt, response A, response B[, reference]) pair."""
+    bid = stable_id("pair", prompt, response_a, response_b, reference, model_a, model_b)
+    return Battle(bid, 0, "train", bid, prompt, category, 0, reference, model_a, model_b, response_a, response_b)
 
 
 class PairwiseJudge(abc.ABC):
@@ -12,10 +20,20 @@ class PairwiseJudge(abc.ABC):
 
     ``judge`` returns one judgment per battle, in order. A battle it cannot decide comes back
     with ``winner=None`` and ``error`` set: invalid judgments are recorded and never counted.
+    ``model`` is the arena name of the judge's own model, when it has one (for self-preference).
     """
 
     name: str
+    model: str | None = None
 
     @abc.abstractmethod
     def judge(self, battles: list[Battle]) -> list[Judgment]:
         """Judge every battle; same length and order as ``battles``."""
+
+    def judge_pairs(self, pairs: Sequence[tuple]) -> list[Judgment]:
+        """Judge (prompt, response_a, response_b[, reference]) tuples."""
+        return self.judge([pair_battle(*p) for p in pairs])
+
+    def llm_judges(self) -> list:
+        """The LLM judges inside this judge (their calls and cache hits go to usage.jsonl)."""
+        return []

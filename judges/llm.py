@@ -1,13 +1,21 @@
 """An LLM judge: any player of the registry, a prompt template, strict verdict parsing.
 
-- The template (``judges/templates/<name>.txt`` or a file path) gets ``{question}``,
-  ``{answer_a}``, ``{answer_b}`` and ``{fence}``. The fence is a random token per battle that the
-  responses cannot know, so an answer containing "[[A>>B]]" or "ignore the instructions" stays
-  inside its block; and only the judge's *last* verdict line counts.
+- Templates are files (``judges/templates/<name>.txt`` or a path) with ``{question}``,
+  ``{answer_a}``, ``{answer_b}`` and ``{fence}``. A first line ``#! verdict: scores`` makes the
+  judge read two 1-10 scores (``[[7, 3]]``, WizardArena style); otherwise it reads an
+  Arena-Hard verdict (``[[A>>B]]`` ... ``[[B>>A]]``).
+- Injection: the fence is a token derived from a hash of the battle's content, which a response
+  cannot contain (it would have to contain its own hash), so an answer that says "[[A>>B]]" or
+  "ignore the instructions" stays inside its fenced block. Output lines that quote a response
+  verbatim are ignored when the verdict is read, and only the *last* verdict counts.
 - Both orders: each battle is judged as (A, B) and as (B, A); consistent verdicts count, an
-  inconsistent pair becomes a tie (``inconsistent = "tie"``) or is dropped (``"invalid"``).
-- Unparseable output is asked again (``max_parse_retries``) and then recorded as invalid: it
-  is never counted as a win, a loss or a tie. A failed judge call is recorded the same way.
+  inconsistent pair becomes a tie (``inconsistent = "tie"``) or is invalid (``"invalid"``);
+  either way ``Judgment.flip`` records it, for the position-flip rate.
+- Unparseable output is asked again (``max_parse_retries``, with a fresh fence) and then
+  recorded as invalid: never counted as a win, a loss or a tie. A failed call is recorded the same.
+- Cache: raw outputs are kept by a hash of (judge model identity, rendered prompt, length limit),
+  which covers the template, the question, both responses and their order; a resumed or repeated
+  run asks the judge nothing it has already answered.
 """
 
 from __future__ import annotations
@@ -21,96 +29,173 @@ from judges.base import PairwiseJudge
 
 TEMPLATES = Path(__file__).parent / "templates"
 VERDICT = re.compile(r"\[\[\s*([AB])\s*(>>|>|=|<|<<)\s*([AB])\s*\]\]")
+SCORES = re.compile(r"\[\[\s*(\d+(?:\.\d+)?)\s*,\s*(\d+(?:\.\d+)?)\s*\]\]")
 # Verdict label -> (winner seat, strength); strength 2 = "much better".
 LABELS = {"A>>B": ("A", 2), "A>B": ("A", 1), "A=B": (None, 0), "B>A": ("B", 1), "B>>A": ("B", 2),
           "B<<A": ("A", 2), "B<A": ("A", 1), "B=A": (None, 0), "A<B": ("B", 1), "A<<B": ("B", 2)}
+FORMATS = ("pairwise", "scores")
+BOTHBAD_BELOW = 4.0  # scores template: a tie where both score below this is "tie (bothbad)"
+
+# A parsed verdict in some seat order: (winning seat 'A'/'B' or None for a tie, strength, scores).
+Verdict = tuple[str | None, int, tuple[float, float] | None]
 
 
-def load_template(name: str) -> str:
+def load_template(name: str) -> tuple[str, str]:
+    """(template text, verdict format) of a built-in template name or a file path."""
     path = Path(name) if ("/" in name or name.endswith(".txt")) else TEMPLATES / f"{name}.txt"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in TEMPLATES.glob("*.txt")))
         raise ValueError(f"judge template {name!r} not found (built in: {known})")
     text = path.read_text(encoding="utf-8")
-    for field in ("{question}", "{answer_a}", "{answer_b}"):
+    fmt = "pairwise"
+    if text.startswith("#!"):
+        head, _, text = text.partition("\n")
+        m = re.fullmatch(r"#!\s*verdict:\s*(\w+)\s*", head)
+        if not m or m[1] not in FORMATS:
+            raise ValueError(f"judge template {path}: first line must be '#! verdict: pairwise|scores'")
+        fmt = m[1]
+    for field in ("{question}", "{answer_a}", "{answer_b}", "{fence}"):
         if field not in text:
             raise ValueError(f"judge template {path} lacks {field}")
-    return text
+    return text, fmt
 
 
-def parse_verdict(text: str) -> tuple[str | None, int] | None:
-    """(winning seat 'A'/'B' or None for a tie, strength) from the last verdict in ``text``."""
+def _unquoted(text: str, quoted: tuple[str, ...]) -> str:
+    """``text`` without the lines that repeat a line of a judged response verbatim."""
+    seen = {line.strip() for q in quoted for line in q.splitlines() if line.strip()}
+    return "\n".join(line for line in text.splitlines() if line.strip() not in seen)
+
+
+def parse_verdict(text: str, fmt: str = "pairwise", quoted: tuple[str, ...] = ()) -> Verdict | None:
+    """The last verdict in ``text`` in the template's format, or None. Lines quoting one of
+    ``quoted`` (the responses) are skipped; if that leaves no verdict, the output's last line
+    still counts when it is a verdict (a judge whose honest verdict a response happens to repeat)."""
+    for candidate in (_unquoted(text, quoted), (text.strip().splitlines() or [""])[-1]):
+        v = _parse(candidate, fmt)
+        if v is not None:
+            return v
+    return None
+
+
+def _parse(text: str, fmt: str) -> Verdict | None:
+    if fmt == "scores":
+        found = SCORES.findall(text)
+        if not found:
+            return None
+        sa, sb = (float(x) for x in found[-1])
+        if not (1 <= sa <= 10 and 1 <= sb <= 10):
+            return None
+        diff = abs(sa - sb)
+        seat = None if diff == 0 else ("A" if sa > sb else "B")
+        return seat, (0 if diff == 0 else 2 if diff >= 3 else 1), (sa, sb)
     found = VERDICT.findall(text)
     if not found:
         return None
     a, op, b = found[-1]
     if a == b:
         return None
-    return LABELS.get(f"{a}{op}{b}")
+    seat, strength = LABELS[f"{a}{op}{b}"]
+    return seat, strength, None
+
+
+def _swap(v: Verdict) -> Verdict:
+    """A verdict read with the responses swapped, in the battle's own seats."""
+    seat, strength, scores = v
+    seat = None if seat is None else ("B" if seat == "A" else "A")
+    return seat, strength, (scores[1], scores[0]) if scores else None
 
 
 class LLMJudge(PairwiseJudge):
     def __init__(self, player: Player, template: str = "arena_hard", both_orders: bool = True,
-                 inconsistent: str = "tie", max_parse_retries: int = 1, max_new_tokens: int = 512) -> None:
+                 inconsistent: str = "tie", max_parse_retries: int = 1, max_new_tokens: int = 512,
+                 cache=None, identity: str | None = None) -> None:
         self.player = player
-        self.template_name = template
-        self.template = load_template(template)
+        self.template_name = Path(template).stem
+        self.template, self.format = load_template(template)
         self.both_orders = both_orders
         self.inconsistent = inconsistent
         self.max_parse_retries = max_parse_retries
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-        self.name = f"llm:{player.name}:{template}"
+        self.cache = cache  # a flywheel.store.JsonlCache, or None
+        self.identity = identity or f"{type(player).__name__}:{player.name}"
+        self.name = f"llm:{player.name}:{self.template_name}"
+        self.model = player.name
+        self.calls = 0
+        self.cache_hits = 0
+
+    def llm_judges(self) -> list[LLMJudge]:
+        return [self]
 
     def render(self, b: Battle, swap: bool, attempt: int = 0) -> Prompt:
         first, second = (b.response_b, b.response_a) if swap else (b.response_a, b.response_b)
-        fence = "#" * 3 + "-" + stable_id(b.battle_id, swap, attempt, "fence", length=12)
-        text = self.template.format(question=b.prompt, answer_a=first, answer_b=second, fence=fence)
+        token = stable_id(self.template, b.prompt, first, second, attempt, "fence", length=12)
+        text = self.template.format(question=b.prompt, answer_a=first, answer_b=second, fence=f"###-{token}")
         return Prompt(stable_id(self.name, b.battle_id, swap, attempt), text, b.category, b.level, None, "judge")
 
-    def _ask(self, battles: list[Battle], swap: bool) -> dict[str, tuple[tuple[str | None, int] | None, str, str | None]]:
-        """battle id -> (parsed verdict in the battle's own seats, raw output, error)."""
-        out: dict[str, tuple] = {}
+    def _outputs(self, prompts: list[Prompt]) -> list[tuple[str | None, str | None]]:
+        """(raw output, error) per prompt: from the cache, else from the judge model."""
+        keys = [stable_id(self.identity, p.text, self.params.max_new_tokens) for p in prompts]
+        cached = self.cache.data if self.cache is not None else {}
+        out: list[tuple[str | None, str | None]] = [(cached.get(k), None) for k in keys]
+        todo = [i for i, k in enumerate(keys) if k not in cached]
+        self.cache_hits += len(prompts) - len(todo)
+        if todo:
+            gens = self.player.generate([prompts[i] for i in todo], self.params)
+            self.calls += len(todo)
+            fresh = []
+            for i, g in zip(todo, gens):
+                out[i] = (g.text, None) if g.ok else (None, f"judge call failed: {g.error}")
+                if g.ok:
+                    fresh.append((keys[i], g.text))
+            if self.cache is not None:
+                self.cache.put(fresh)
+        return out
+
+    def _ask(self, battles: list[Battle], swap: bool) -> dict[str, tuple[Verdict | None, str, str | None]]:
+        """battle id -> (verdict in the battle's own seats, raw output, error)."""
+        out: dict[str, tuple[Verdict | None, str, str | None]] = {}
         todo = list(battles)
         for attempt in range(self.max_parse_retries + 1):
             if not todo:
                 break
-            gens = self.player.generate([self.render(b, swap, attempt) for b in todo], self.params)
+            outputs = self._outputs([self.render(b, swap, attempt) for b in todo])
             retry = []
-            for b, g in zip(todo, gens):
-                if not g.ok:
-                    out[b.battle_id] = (None, "", f"judge call failed: {g.error}")
+            for b, (text, error) in zip(todo, outputs):
+                if text is None:
+                    out[b.battle_id] = (None, "", error)
                     continue
-                v = parse_verdict(g.text)
+                v = parse_verdict(text, self.format, (b.response_a, b.response_b))
                 if v is None:
-                    out[b.battle_id] = (None, g.text, "unparseable verdict")
+                    out[b.battle_id] = (None, text, "unparseable verdict")
                     retry.append(b)
                     continue
-                seat, strength = v
-                if swap and seat is not None:
-                    seat = "B" if seat == "A" else "A"
-                out[b.battle_id] = ((seat, strength), g.text, None)
+                out[b.battle_id] = (_swap(v) if swap else v, text, None)
             todo = retry
         return out
 
     def judge(self, battles: list[Battle]) -> list[Judgment]:
         first = self._ask(battles, swap=False)
         second = self._ask(battles, swap=True) if self.both_orders else {}
-        out = []
-        for b in battles:
-            v1, raw1, err1 = first[b.battle_id]
-            v2, raw2, err2 = second.get(b.battle_id, (v1, "", None)) if self.both_orders else (v1, "", None)
-            raw = raw1 if not self.both_orders else f"[A,B] {raw1}\n[B,A] {raw2}"
-            error = err1 or err2
-            if error or v1 is None or v2 is None:
-                out.append(Judgment(b.battle_id, self.name, None, 0.0, raw=raw, error=error or "no verdict"))
-                continue
-            if v1[0] != v2[0]:
-                if self.inconsistent == "invalid":
-                    out.append(Judgment(b.battle_id, self.name, None, 0.0, raw=raw, error="inconsistent across orders"))
-                else:
-                    out.append(Judgment(b.battle_id, self.name, "tie", 0.0, raw=raw, error=None))
-                continue
-            seat = v1[0]
-            winner = "tie" if seat is None else ("model_a" if seat == "A" else "model_b")
-            out.append(Judgment(b.battle_id, self.name, winner, (v1[1] + v2[1]) / 2, raw=raw))
-        return out
+        return [self._combine(b, first[b.battle_id], second.get(b.battle_id)) for b in battles]
+
+    def _combine(self, b: Battle, one: tuple, two: tuple | None) -> Judgment:
+        v1, raw1, err1 = one
+        v2, raw2, err2 = two if two is not None else (v1, "", None)
+        raw = raw1 if two is None else f"[A,B] {raw1}\n[B,A] {raw2}"
+        if err1 or err2 or v1 is None or v2 is None:
+            return Judgment(b.battle_id, self.name, None, 0.0, raw=raw, error=err1 or err2 or "no verdict")
+        scores = [v[2] for v in (v1, v2) if v[2] is not None]
+        sa = sum(s[0] for s in scores) / len(scores) if scores else None
+        sb = sum(s[1] for s in scores) / len(scores) if scores else None
+        flip = None if two is None else v1[0] != v2[0]
+        if flip:
+            if self.inconsistent == "invalid":
+                return Judgment(b.battle_id, self.name, None, 0.0, sa, sb, raw, "inconsistent across orders", True)
+            return Judgment(b.battle_id, self.name, "tie", 0.0, sa, sb, raw, None, True)
+        seat = v1[0]
+        if seat is None:
+            bad = sa is not None and sb is not None and max(sa, sb) < BOTHBAD_BELOW
+            winner = "tie (bothbad)" if bad else "tie"
+        else:
+            winner = "model_a" if seat == "A" else "model_b"
+        return Judgment(b.battle_id, self.name, winner, (v1[1] + v2[1]) / 2, sa, sb, raw, None, flip)

@@ -1,9 +1,28 @@
-"""A programmatic judge for prompts with a reference answer: exact match decides."""
+"""Programmatic judges for prompts with a reference answer.
+
+A check scores one response against the reference in [0, 1] (1 = correct):
+
+- ``exact``: equal up to whitespace;
+- ``numeric``: the first number in the response is within ``tolerance`` (absolute) or
+  ``relative_tolerance`` (of the reference) of the reference number;
+- ``regex``: ``pattern``'s first group (or whole match) equals the reference; without a pattern
+  the reference itself is a regular expression the whole response must match;
+- ``callable``: a user function ``fn(response, reference) -> bool | float`` (``"module:fn"``).
+
+The higher score wins; equal scores are a ``tie``, or ``tie (bothbad)`` when both fail (< 0.5).
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable
+
 from flywheel.records import Battle, Judgment
 from judges.base import PairwiseJudge
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+Check = Callable[[str, str], "bool | float"]
 
 
 def normalize(text: str) -> str:
@@ -11,10 +30,78 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def exact(response: str, reference: str) -> bool:
+    return normalize(response) == normalize(reference)
+
+
+def first_number(text: str) -> float | None:
+    m = NUMBER.search(text.replace(",", ""))
+    return float(m.group()) if m else None
+
+
+def numeric(tolerance: float = 1e-6, relative_tolerance: float = 0.0) -> Check:
+    def check(response: str, reference: str) -> bool:
+        got, want = first_number(response), first_number(reference)
+        if got is None or want is None:
+            return False
+        return math.isclose(got, want, rel_tol=relative_tolerance, abs_tol=tolerance)
+    return check
+
+
+def regex(pattern: str | None = None) -> Check:
+    compiled = re.compile(pattern) if pattern else None
+
+    def check(response: str, reference: str) -> bool:
+        if compiled is None:
+            return re.fullmatch(reference, response.strip(), re.S) is not None
+        m = compiled.search(response)
+        if m is None:
+            return False
+        got = m.group(1) if compiled.groups else m.group(0)
+        return normalize(got) == normalize(reference)
+    return check
+
+
+def load_callable(spec: str) -> Callable:
+    """A function (or class) named ``"module:attr"``."""
+    from flywheel.players.registry import resolve
+
+    if ":" not in spec:
+        raise ValueError(f"{spec!r}: name it as 'module:attribute'")
+    fn = resolve(spec, {})
+    if not callable(fn):
+        raise ValueError(f"{spec!r} is not callable")
+    return fn
+
+
+def make_check(match: str = "exact", tolerance: float = 1e-6, relative_tolerance: float = 0.0,
+               pattern: str | None = None, function: str | Callable | None = None) -> Check:
+    if match == "exact":
+        return exact
+    if match == "numeric":
+        return numeric(tolerance, relative_tolerance)
+    if match == "regex":
+        return regex(pattern)
+    if match == "callable":
+        if function is None:
+            raise ValueError("match 'callable' needs a function")
+        return load_callable(function) if isinstance(function, str) else function
+    raise ValueError(f"unknown match {match!r} (exact, numeric, regex, callable)")
+
+
 class VerifierJudge(PairwiseJudge):
     """Right beats wrong; both right is ``tie``; both wrong is ``tie (bothbad)``."""
 
-    name = "verifier"
+    def __init__(self, match: str = "exact", tolerance: float = 1e-6, relative_tolerance: float = 0.0,
+                 pattern: str | None = None, function: str | Callable | None = None) -> None:
+        self.check = make_check(match, tolerance, relative_tolerance, pattern, function)
+        self.name = "verifier" if match == "exact" else f"verifier:{match}"
+
+    def score(self, response: str, reference: str) -> float:
+        v = self.check(response, reference)
+        if isinstance(v, bool) or v is None:
+            return float(bool(v))
+        return float(v)
 
     def judge(self, battles: list[Battle]) -> list[Judgment]:
         out = []
@@ -22,24 +109,15 @@ class VerifierJudge(PairwiseJudge):
             if b.reference is None:
                 out.append(Judgment(b.battle_id, self.name, None, 0.0, error="no reference answer"))
                 continue
-            ref = normalize(b.reference)
-            a_ok = normalize(b.response_a) == ref
-            b_ok = normalize(b.response_b) == ref
-            if a_ok and b_ok:
-                winner = "tie"
-            elif not a_ok and not b_ok:
-                winner = "tie (bothbad)"
+            try:
+                sa, sb = self.score(b.response_a, b.reference), self.score(b.response_b, b.reference)
+            except Exception as e:  # a user check that raises: this battle is invalid, not the run
+                out.append(Judgment(b.battle_id, self.name, None, 0.0, error=f"check failed: {e!r}"))
+                continue
+            if sa == sb:
+                winner = "tie" if sa >= 0.5 else "tie (bothbad)"
             else:
-                winner = "model_a" if a_ok else "model_b"
-            out.append(
-                Judgment(
-                    b.battle_id,
-                    self.name,
-                    winner,
-                    margin=1.0 if winner in ("model_a", "model_b") else 0.0,
-                    score_a=float(a_ok),
-                    score_b=float(b_ok),
-                    raw=f"a_correct={a_ok} b_correct={b_ok}",
-                )
-            )
+                winner = "model_a" if sa > sb else "model_b"
+            out.append(Judgment(b.battle_id, self.name, winner, margin=abs(sa - sb), score_a=sa, score_b=sb,
+                                raw=f"a_score={sa:g} b_score={sb:g}"))
         return out

@@ -30,9 +30,19 @@ def solve(text: str) -> str:
     return "?"
 
 
+def fenced_blocks(prompt: str) -> dict[str, str]:
+    """The judge prompt's QUESTION / ANSWER A / ANSWER B blocks, read with the prompt's own fence
+    (the token on its first fence line), as a judge that respects the fence would read them."""
+    m = re.search(r"^(###-\w+) QUESTION$", prompt, re.M)
+    if m is None:
+        return {}
+    f = re.escape(m[1])
+    return dict(re.findall(rf"^{f} (QUESTION|ANSWER A|ANSWER B)\n(.*?)\n{f} END \1$", prompt, re.S | re.M))
+
+
 def judge_reply(prompt: str, biased_to: str | None = None) -> str:
     """Read the judge prompt's fenced blocks and prefer the correct answer, as a good judge would."""
-    blocks = dict(re.findall(r"###-\w+ (QUESTION|ANSWER A|ANSWER B)\n(.*?)\n###-\w+ END", prompt, re.S))
+    blocks = fenced_blocks(prompt)
     if biased_to:
         return f"Position matters to me. [[{biased_to}>>{'B' if biased_to == 'A' else 'A'}]]"
     ref = solve(blocks.get("QUESTION", ""))
@@ -43,11 +53,13 @@ def judge_reply(prompt: str, biased_to: str | None = None) -> str:
 
 
 class FakeAPI:
-    """``mode``: solver | judge | echo | biased-A | garbage. ``delay_s``: latency of every call."""
+    """``mode``: solver | judge | echo | biased-A | garbage | script (``script(prompt) -> reply``,
+    set by the test). ``delay_s``: latency of every call."""
 
     def __init__(self, mode: str = "solver", delay_s: float = 0.0, wrong_every: int = 0, fail_when=None) -> None:
         self.mode = mode
         self.fail_when = fail_when  # prompt text -> True: that prompt always gets a 500
+        self.script = None
         self.delay_s = delay_s
         self.wrong_every = wrong_every
         self.faults: list[Any] = []
@@ -81,6 +93,8 @@ class FakeAPI:
         self.httpd.server_close()
 
     def answer(self, text: str, n: int) -> str:
+        if self.mode == "script":
+            return self.script(text)
         if self.mode == "judge":
             return judge_reply(text)
         if self.mode == "biased-A":

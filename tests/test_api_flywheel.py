@@ -1,6 +1,7 @@
-"""The flywheel with API opponents (OpenAI- and Anthropic-compatible) and an API judge, all on
-127.0.0.1, run through the real CLI: failed calls are retried, recorded and accounted, and the
-API key appears in no file and no log line."""
+"""The flywheel with API opponents (OpenAI- and Anthropic-compatible) and a hybrid judge (the
+verifier, and an API judge for some categories), all on 127.0.0.1, run through the real CLI:
+failed calls are retried, recorded and accounted, and the API key appears in no file and no log
+line."""
 
 import json
 import subprocess
@@ -27,8 +28,9 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
             {"name": "claude", "kind": "anthropic", "model": "claude-x", "base_urls": [ant.anthropic_url],
              "price_input_per_mtok": 3.0, "price_output_per_mtok": 15.0, **api},
         ]
-        tree["judge"] = {"kind": "llm", "player": {"name": "judge", "kind": "openai", "model": "judge-1",
-                                                   "base_urls": [jud.url], "max_new_tokens": 64, **api}}
+        tree["judge"] = {"kind": "hybrid", "llm_categories": ["add", "rev"],
+                         "player": {"name": "judge", "kind": "openai", "model": "judge-1",
+                                    "base_urls": [jud.url], "max_new_tokens": 64, **api}}
         path = tmp_path / "api.yaml"
         path.write_text(yaml.safe_dump(tree))
         env = {**cli_env, "FLYWHEEL_SECRET": SECRET}
@@ -46,15 +48,23 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
     assert {b["category"] for b in failed} == {"sort"}
     assert all(b["prompt"].startswith("sort ") for b in battles if b["error"]) and len(failed) < len(battles)
     assert not any(b["battle_id"] in judgments for b in failed)  # never judged, never counted
-    assert all(j["judge"] == "llm:judge:arena_hard" for j in judgments.values())
-    assert all("[[" in j["raw"] for j in judgments.values() if j["winner"])
+    category = {b["battle_id"]: b["category"] for b in battles}
+    by_llm = {i for i, j in judgments.items() if j["judge"] == "llm:judge:arena_hard"}
+    assert by_llm and {category[i] for i in by_llm} == {"add", "rev"}  # the hybrid's routing
+    assert all(j["judge"] == "verifier" for i, j in judgments.items() if i not in by_llm)
+    assert all("[[" in judgments[i]["raw"] and judgments[i]["flip"] is not None for i in by_llm)
     # The judge saw through the wrong answers: the oracle never beats a correct student answer.
     assert sum(1 for j in judgments.values() if j["winner"] in ("model_a", "model_b")) > 0
 
     usage = {**summary["iterations"][0]["usage"], **summary["iterations"][1]["usage"]}
     assert usage["oracle"]["failures"] >= 1 and usage["oracle"]["retries"] >= 3
     assert usage["oracle"]["cost_usd"] > 0 and usage["claude"]["cost_usd"] > 0
-    assert summary["iterations"][1]["usage"]["judge:judge"]["calls"] >= 2 * len(judgments) // 2
+    judge_use = [e["usage"]["judge:judge"] for e in summary["iterations"]]
+    # Both orders of every LLM battle were asked or found in the cache (same content, same answer).
+    assert sum(u["judge_calls"] + u["cache_hits"] for u in judge_use) >= 2 * len(by_llm)
+    assert sum(u["calls"] for u in judge_use) >= sum(u["judge_calls"] for u in judge_use)
+    report = summary["iterations"][1]["judge"]
+    assert report["judged"] > 0 and 0 <= report["flip_rate"]["rate"] <= 1 and report["length_bias"]["decisive"] > 0
 
     # Secrets come from the environment only: not in any file the run wrote, nor in its output.
     for f in run.rglob("*"):
@@ -62,7 +72,7 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
             assert SECRET.encode() not in f.read_bytes(), f
     assert SECRET not in proc.stdout + proc.stderr
     assert "FLYWHEEL_SECRET" in (run / "config.yaml").read_text()  # the variable's name is kept
-    assert "Usage over the run" in proc.stdout and "cost_usd" in proc.stdout
+    assert "Judge diagnostics" in proc.stdout and "Usage over the run" in proc.stdout and "cost_usd" in proc.stdout
 
 
 def test_a_served_target_gets_each_version_as_a_lora_adapter(tiny_models_dir, tmp_path, cli_env):

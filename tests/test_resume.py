@@ -17,7 +17,7 @@ def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env):
     cmd = [sys.executable, "-m", "flywheel.cli", "run", str(path)]
     proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
-    first_shard = run_dir / "battles" / "iter-0001-train-00000.parquet"
+    first_shard = run_dir / "battles" / "iter-0001-train-r1-s0000.parquet"
     deadline = time.time() + 240
     while not first_shard.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)

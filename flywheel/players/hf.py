@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -10,10 +11,20 @@ from flywheel.players.base import Player, SamplingParams
 from flywheel.records import Generation, Prompt
 
 
+# Loading (transformers initialises weights on the meta device through process-wide state) and
+# generation (the global RNG when sampling) are not safe in concurrent threads, and a local model
+# gains nothing from them on one machine: mapped shards in threads take turns here.
+LOCAL = threading.RLock()
+
+
 class TransformersPlayer(Player):
     """Loads ``path`` with ``AutoTokenizer`` / ``AutoModelForCausalLM`` and answers in batches."""
 
     def __init__(self, name: str, path: str, batch_size: int = 256, **_: object) -> None:
+        with LOCAL:
+            self._load(name, path, batch_size)
+
+    def _load(self, name: str, path: str, batch_size: int) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = name
@@ -26,8 +37,12 @@ class TransformersPlayer(Player):
         self.model = AutoModelForCausalLM.from_pretrained(path)
         self.model.eval()
 
-    @torch.no_grad()
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
+        with LOCAL:
+            return self._generate(prompts, params)
+
+    @torch.no_grad()
+    def _generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]

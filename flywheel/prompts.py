@@ -1,0 +1,151 @@
+"""User prompt pools: read prompts from JSONL, JSON, CSV or Parquet in the common layouts.
+
+Layouts (``auto`` tells them apart per row by their fields):
+
+- ``alpaca``: ``instruction`` (+ ``input``, appended after a blank line); ``output`` is a sample
+  answer, not a checkable reference, and is not used;
+- ``sharegpt``: ``conversations`` (or ``messages``): the first human/user turn;
+- ``arena-hard``: ``question.jsonl`` rows with ``turns: [{"content": ...}]``, ``question_id``,
+  ``category`` (or ``cluster``);
+- ``plain``: ``prompt`` (or ``text``), optional ``category``, ``level``, ``reference``.
+
+Every prompt gets a category (its row's, else the pool's default) and a level (1 unless the row
+says), which make its selection arm. Prompts are deduplicated by whitespace-normalised text.
+A row that cannot be read is reported with its line (JSONL, CSV) or row number (Parquet, JSON).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flywheel.records import Prompt, stable_id
+
+LAYOUTS = ("auto", "alpaca", "sharegpt", "arena-hard", "plain")
+HUMAN = {"human", "user"}
+
+
+@dataclass
+class Ingested:
+    prompts: list[Prompt] = field(default_factory=list)
+    bad: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
+    duplicates: int = 0
+
+
+def _rows(path: Path) -> list[tuple[str, Any]]:
+    """(where, row) pairs; where is ``file:line`` or ``file:row N``. Unreadable lines come back
+    as (where, ValueError)."""
+    name = path.name
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return [(f"{name}:row {i + 1}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
+    if path.suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            return [(f"{name}:{reader.line_num}", row) for row in reader]
+    if path.suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, list):
+            raise ValueError(f"{name}: expected a JSON array of rows")
+        return [(f"{name}:row {i + 1}", r) for i, r in enumerate(data)]
+    out: list[tuple[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append((f"{name}:{n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                out.append((f"{name}:{n}", ValueError(f"not JSON ({e.msg})")))
+    return out
+
+
+def detect(row: dict[str, Any]) -> str:
+    if "instruction" in row:
+        return "alpaca"
+    if "conversations" in row or "messages" in row:
+        return "sharegpt"
+    if "turns" in row:
+        return "arena-hard"
+    return "plain"
+
+
+def _text(row: dict[str, Any], layout: str) -> str:
+    if layout == "alpaca":
+        text, extra = row.get("instruction"), row.get("input") or ""
+        if not isinstance(text, str):
+            raise ValueError("no 'instruction'")
+        return f"{text}\n\n{extra}" if extra else text
+    if layout == "sharegpt":
+        turns = row.get("conversations", row.get("messages"))
+        if isinstance(turns, str):
+            turns = json.loads(turns)
+        if not isinstance(turns, list):
+            raise ValueError("'conversations' is not a list of turns")
+        for t in turns:
+            if isinstance(t, dict) and str(t.get("from", t.get("role", ""))).lower() in HUMAN:
+                value = t.get("value", t.get("content"))
+                if isinstance(value, str):
+                    return value
+        raise ValueError("no human or user turn")
+    if layout == "arena-hard":
+        turns = row.get("turns")
+        if isinstance(turns, str):
+            turns = json.loads(turns)
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], dict) or "content" not in turns[0]:
+            raise ValueError("'turns' has no first turn with 'content'")
+        return str(turns[0]["content"])
+    text = row.get("prompt", row.get("text"))
+    if not isinstance(text, str):
+        raise ValueError("no 'prompt' (or 'text') field")
+    return text
+
+
+def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool = True,
+           seen: set[str] | None = None) -> Ingested:
+    """Prompts of one file. ``seen`` (normalised texts) dedups across files and against a
+    held-out set: prompts in it are dropped and counted as duplicates."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r} ({', '.join(LAYOUTS)})")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    seen = set() if seen is None else seen
+    out = Ingested()
+    for where, row in _rows(path):
+        if isinstance(row, Exception):
+            out.bad.append((where, str(row)))
+            continue
+        if not isinstance(row, dict):
+            out.bad.append((where, "not an object"))
+            continue
+        try:
+            kind = detect(row) if layout == "auto" else layout
+            text = _text(row, kind).strip()
+            if not text:
+                raise ValueError("empty prompt")
+            level = int(row.get("level") or 1)
+        except (ValueError, TypeError, json.JSONDecodeError) as e:
+            out.bad.append((where, str(e)))
+            continue
+        key = " ".join(text.split())
+        if dedup and key in seen:
+            out.duplicates += 1
+            continue
+        seen.add(key)
+        cat = str(row.get("category") or row.get("cluster") or category)
+        ref = row.get("reference", row.get("answer"))
+        pid = str(row.get("question_id") or row.get("id") or stable_id("pool", key))
+        out.prompts.append(Prompt(stable_id("user", pid, key), text, cat, level,
+                                  None if ref in (None, "") else str(ref), "train"))
+    return out
+
+
+def bad_rows_message(bad: list[tuple[str, str]], limit: int = 10) -> str:
+    lines = [f"  {where}: {why}" for where, why in bad[:limit]]
+    more = f"\n  ... and {len(bad) - limit} more" if len(bad) > limit else ""
+    return f"{len(bad)} bad row(s):\n" + "\n".join(lines) + more

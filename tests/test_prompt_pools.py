@@ -1,0 +1,97 @@
+"""User prompt pools in the common layouts, with categories, dedup, and bad rows named by line."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from flywheel.config import FlywheelConfig
+from flywheel.prompts import ingest
+from flywheel.world import prompt_pools, world_pools
+
+
+def jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_every_layout_reads_its_first_user_turn(tmp_path):
+    alpaca = jsonl(tmp_path / "alpaca.jsonl", [{"instruction": "Add", "input": "2 and 3", "output": "5"},
+                                               {"instruction": "Say hi", "input": "", "output": "hi"}])
+    assert [p.text for p in ingest(alpaca).prompts] == ["Add\n\n2 and 3", "Say hi"]
+    share = jsonl(tmp_path / "share.jsonl", [{"conversations": [{"from": "system", "value": "be nice"},
+                                                                {"from": "human", "value": "Why?"},
+                                                                {"from": "gpt", "value": "Because."}]},
+                                             {"messages": [{"role": "user", "content": "How?"}]}])
+    assert [p.text for p in ingest(share, "sharegpt").prompts] == ["Why?", "How?"]
+    arena = jsonl(tmp_path / "question.jsonl", [{"question_id": "q1", "category": "coding", "cluster": "x",
+                                                 "turns": [{"content": "Write a sort."}]}])
+    got = ingest(arena).prompts
+    assert [(p.text, p.category, p.level, p.split) for p in got] == [("Write a sort.", "coding", 1, "train")]
+    plain = tmp_path / "plain.csv"
+    with plain.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, ["prompt", "category", "reference"])
+        w.writeheader()
+        w.writerows([{"prompt": "2+2=", "category": "math", "reference": "4"}, {"prompt": "Tell a joke", "category": "", "reference": ""}])
+    got = ingest(plain, category="chat").prompts
+    assert [(p.text, p.category, p.reference) for p in got] == [("2+2=", "math", "4"), ("Tell a joke", "chat", None)]
+    pq.write_table(pa.Table.from_pylist([{"text": "Parquet prompt", "level": 2}]), tmp_path / "p.parquet")
+    assert [(p.text, p.level) for p in ingest(tmp_path / "p.parquet").prompts] == [("Parquet prompt", 2)]
+
+
+def test_bad_rows_are_named_by_line_and_duplicates_dropped(tmp_path):
+    path = jsonl(tmp_path / "mixed.jsonl", [
+        {"prompt": "one"},
+        "{not json",
+        {"conversations": [{"from": "gpt", "value": "no human turn"}]},
+        "",
+        {"prompt": "  one "},           # a duplicate of line 1 (whitespace aside)
+        {"prompt": ""},
+        [1, 2],
+        {"prompt": "two", "level": "x"},
+        {"prompt": "three"},
+    ])
+    got = ingest(path)
+    assert [p.text for p in got.prompts] == ["one", "three"] and got.duplicates == 1
+    assert [w for w, _ in got.bad] == ["mixed.jsonl:2", "mixed.jsonl:3", "mixed.jsonl:6", "mixed.jsonl:7", "mixed.jsonl:8"]
+    assert "not JSON" in got.bad[0][1] and "no human" in got.bad[1][1] and "empty" in got.bad[2][1]
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("prompt,category\nok,a\n,b\nfine,c\n")
+    assert [w for w, _ in ingest(bad_csv).bad] == ["bad.csv:3"]
+    with pytest.raises(ValueError, match="unknown layout"):
+        ingest(path, "xml")
+
+
+def test_pools_join_the_train_pool_without_eval_prompts(tmp_path):
+    cfg = FlywheelConfig()
+    train, evals = prompt_pools(cfg.world.tasks)
+    pool = jsonl(tmp_path / "pool.jsonl", [{"prompt": evals[0].text}, {"prompt": train[0].text},
+                                           {"prompt": "Explain arena learning", "category": "writing"}])
+    cfg = FlywheelConfig.model_validate({"world": {"prompt_pools": [{"path": str(pool)}]}})
+    got_train, got_eval = world_pools(cfg.world)
+    assert got_eval == evals and len(got_train) == len(train) + 1  # the eval and repeated prompts are dropped
+    assert got_train[-1].text == "Explain arena learning" and got_train[-1].category == "writing"
+    jsonl(pool, [{"prompt": "fine"}, "{broken"])
+    with pytest.raises(ValueError, match=r"pool.jsonl:2"):
+        world_pools(cfg.world)
+    cfg.world.prompt_pools[0].skip_bad = True
+    assert world_pools(cfg.world)[0][-1].text == "fine"
+
+
+def test_ingest_command_reports_and_writes_a_pool(tmp_path, cli_env):
+    a = jsonl(tmp_path / "a.jsonl", [{"instruction": "x"}, {"instruction": "y", "category": "c"}])
+    b = jsonl(tmp_path / "b.jsonl", [{"prompt": "x"}, {"nope": 1}])
+    cmd = [sys.executable, "-m", "flywheel.cli", "data", "ingest", str(a), str(b), "--out", str(tmp_path / "pool.jsonl")]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=120)
+    assert p.returncode == 2 and "b.jsonl:2: no 'prompt'" in p.stderr and not (tmp_path / "pool.jsonl").exists()
+    p = subprocess.run(cmd + ["--skip-bad"], capture_output=True, text=True, env=cli_env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    report = json.loads(p.stdout.splitlines()[0])
+    assert report == {"prompts": 2, "duplicates": 1, "bad_rows": 1, "categories": {"c": 1, "user": 1}}
+    rows = [json.loads(x) for x in (tmp_path / "pool.jsonl").read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == ["x", "y"]
+    assert [p.text for p in ingest(tmp_path / "pool.jsonl").prompts] == ["x", "y"]  # the pool reads back
