@@ -27,7 +27,13 @@ TASK = dict(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 @task(**TASK)
 def ensure_models(ctx: Context) -> list[str]:
     """Build and pre-train the embedded world's tiny models that are missing."""
-    return [str(p) for p in bootstrap(ctx.cfg.world, only=[n for n in ctx.roster.targets + ctx.roster.opponents])]
+    world = ctx.cfg.world
+    players = ctx.cfg.targets + ctx.cfg.opponents
+    # Players by name, and players whose path is one of the world's models (three targets
+    # trained from one pre-trained student, say).
+    names = [p.name for p in players] + [Path(p.path).name for p in players
+                                         if p.path and Path(p.path).resolve().parent == Path(world.models_dir).resolve()]
+    return [str(p) for p in bootstrap(world, only=names)]
 
 
 @task(**TASK)

@@ -1,7 +1,23 @@
-"""How the next iteration's compute is shared among targets."""
+"""How the next iteration's compute is shared among targets (ModelArena).
+
+A target's *learning rate* is its eval-accuracy gain per unit of compute over the last
+``window`` iterations: (acc[k] - acc[k-window]) / compute spent in between (training steps, or
+steps x parameters). Policies turn the rates into shares of the total training steps and battles:
+
+- ``uniform``: equal shares (the rates are still recorded);
+- ``proportional``: share ~ max(rate, 0), smoothed against the previous share
+  (``smoothing`` x previous + (1 - smoothing) x new) and floored so that none starves:
+  share = floor + (1 - n x floor) x smoothed;
+- ``successive-halving``: every ``halving_every`` iterations the slowest ``halving_fraction``
+  of the remaining targets is dropped (share 0; at least one remains); the rest share equally;
+- ``selective``: only the ``top_k`` fastest train this iteration, equally.
+
+For the first ``warmup`` training iterations every policy gives equal shares (no rates yet).
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from flywheel.config import AllocateConfig
@@ -15,27 +31,87 @@ class Allocation:
     train_steps: dict[str, int]
     battles: dict[str, int]
     learning_rates: dict[str, float] = field(default_factory=dict)
+    policy: str = "uniform"
+    acting: bool = False  # False during warm-up (equal shares whatever the policy)
 
     def to_dict(self) -> dict:
-        return {"shares": self.shares, "train_steps": self.train_steps, "battles": self.battles,
-                "learning_rates": self.learning_rates}
+        return {"policy": self.policy, "acting": self.acting, "shares": self.shares,
+                "train_steps": self.train_steps, "battles": self.battles, "learning_rates": self.learning_rates}
+
+
+def learning_rates(accuracy: dict[str, list[float]], compute: dict[str, list[float]], window: int) -> dict[str, float]:
+    """Per target: accuracy gain per unit of compute over the last ``window`` iterations.
+    ``accuracy[t][i]`` is the eval accuracy after iteration i (0 = baseline); ``compute[t][i]``
+    the compute spent in iteration i (0 for the baseline)."""
+    rates = {}
+    for t, acc in accuracy.items():
+        if len(acc) < 2:
+            rates[t] = 0.0
+            continue
+        lo = max(0, len(acc) - 1 - window)
+        spent = sum(compute.get(t, [])[lo + 1:len(acc)])
+        rates[t] = (acc[-1] - acc[lo]) / spent if spent > 0 else 0.0
+    return rates
+
+
+def equal(targets: list[str], among: list[str] | None = None) -> dict[str, float]:
+    among = targets if among is None else among
+    return {t: (1.0 / len(among) if t in among else 0.0) for t in targets}
+
+
+def proportional(rates: dict[str, float], previous: dict[str, float], smoothing: float, floor: float) -> dict[str, float]:
+    targets = list(rates)
+    n = len(targets)
+    positive = {t: max(r, 0.0) for t, r in rates.items()}
+    total = sum(positive.values())
+    new = {t: positive[t] / total for t in targets} if total > 0 else equal(targets)
+    prev = {t: previous.get(t, 1.0 / n) for t in targets}
+    mixed = {t: smoothing * prev[t] + (1 - smoothing) * new[t] for t in targets}
+    norm = sum(mixed.values())
+    return {t: floor + (1 - n * floor) * mixed[t] / norm for t in targets}
+
+
+def successive_halving(rates: dict[str, float], previous: dict[str, float], drop_now: bool, fraction: float) -> dict[str, float]:
+    targets = list(rates)
+    alive = [t for t in targets if previous.get(t, 1.0) > 0] or targets
+    if drop_now and len(alive) > 1:
+        n_drop = min(len(alive) - 1, max(1, math.floor(len(alive) * fraction)))
+        ranked = sorted(alive, key=lambda t: (rates[t], -targets.index(t)))  # slowest first; ties: later first
+        alive = [t for t in alive if t not in ranked[:n_drop]]
+    return equal(targets, alive)
+
+
+def selective(rates: dict[str, float], top_k: int) -> dict[str, float]:
+    targets = list(rates)
+    ranked = sorted(targets, key=lambda t: (-rates[t], targets.index(t)))
+    return equal(targets, ranked[:top_k])
 
 
 def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, battles_per_target: int,
-             history: dict[str, list[float]] | None = None) -> Allocation:
-    """``uniform``: every target gets an equal share of the total steps and battles.
-
-    ``history`` (target -> eval accuracy per iteration) is where the learning-rate-driven
-    policies plug in; the uniform policy records the rates but does not act on them."""
+             accuracy: dict[str, list[float]] | None = None, compute: dict[str, list[float]] | None = None,
+             previous: dict[str, float] | None = None) -> Allocation:
+    """The next iteration's allocation after ``len(accuracy[t]) - 1`` training iterations."""
+    accuracy = accuracy or {t: [] for t in targets}
+    compute = compute or {}
+    rates = learning_rates({t: accuracy.get(t, []) for t in targets}, compute, cfg.window)
+    trained = max((len(a) - 1 for a in accuracy.values()), default=0)
+    acting = cfg.policy != "uniform" and trained >= max(cfg.warmup, 1)
+    prev = previous or equal(targets)
+    if not acting:
+        shares = equal(targets)
+    elif cfg.policy == "proportional":
+        shares = proportional(rates, prev, cfg.smoothing, cfg.floor)
+    elif cfg.policy == "successive-halving":
+        since = trained - max(cfg.warmup, 1)
+        shares = successive_halving(rates, prev, since % cfg.halving_every == 0, cfg.halving_fraction)
+    else:
+        shares = selective(rates, cfg.top_k)
     n = len(targets)
-    rates = {}
-    for t in targets:
-        h = (history or {}).get(t, [])
-        rates[t] = round(h[-1] - h[-2], 4) if len(h) >= 2 else 0.0
-    shares = {t: round(1.0 / n, 6) for t in targets}
     return Allocation(
-        shares=shares,
-        train_steps={t: int(round(steps_per_target * n * shares[t])) for t in targets},
-        battles={t: int(round(battles_per_target * n * shares[t])) for t in targets},
-        learning_rates=rates,
+        shares={t: round(shares[t], 6) for t in targets},
+        train_steps={t: round(steps_per_target * n * shares[t]) for t in targets},
+        battles={t: round(battles_per_target * n * shares[t]) for t in targets},
+        learning_rates={t: round(r, 8) for t, r in rates.items()},
+        policy=cfg.policy,
+        acting=acting,
     )

@@ -80,6 +80,9 @@ def _print_result(run_dir: Path) -> None:
     typer.echo(reports.text_table(rows))
     typer.echo("\nTarget progress on the held-out eval split:\n")
     typer.echo(reports.progress_table(summary))
+    if len(summary.get("targets", [])) > 1:
+        typer.echo("\nCompute allocation for the next iteration (ModelArena):\n")
+        typer.echo(reports.allocation_lines(summary))
     typer.echo("\nJudge diagnostics per iteration:\n")
     typer.echo(reports.judge_lines(summary))
     usage = reports.usage_lines(summary)

@@ -121,6 +121,8 @@ class PlayerConfig(Strict):
     max_backoff_s: float = Field(30.0, ge=0, description="Longest wait between retries (and for Retry-After).")
     price_input_per_mtok: float = Field(0.0, ge=0, description="USD per million input tokens.")
     price_output_per_mtok: float = Field(0.0, ge=0, description="USD per million output tokens.")
+    learning_rate: float | None = Field(None, gt=0, description="Targets: this target's training learning "
+                                        "rate (default: train.learning_rate).")
     serve_lora: bool = Field(False, description="openai kind, targets: load each new version into the vLLM "
                              "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
 
@@ -238,6 +240,9 @@ class CurateConfig(Strict):
     include_target_wins: bool = Field(False, description="Also SFT on the target's own wins.")
     dedup: bool = Field(True, description="One example per prompt text per iteration.")
     max_completion_chars: int = Field(64, ge=1, description="Drop longer completions.")
+    min_completion_chars: int = Field(1, ge=1, description="Drop shorter completions.")
+    min_margin: float = Field(0.0, ge=0, description="Drop decisive verdicts weaker than this (judge margin: "
+                              "1 better, 2 much better; a verifier's score difference).")
 
 
 class TrainConfig(Strict):
@@ -249,6 +254,10 @@ class TrainConfig(Strict):
     dpo_beta: float = Field(0.1, gt=0, description="DPO beta.")
     lora: bool = Field(False, description="Train a LoRA adapter (peft) instead of all weights.")
     lora_r: int = Field(8, ge=1, description="LoRA rank.")
+    launcher: Literal["inline", "accelerate"] = Field(
+        "inline", description="inline: train in the flow's process; accelerate: `accelerate launch` one "
+        "training process per device (multi-GPU data parallel; --cpu where there is no GPU).")
+    num_processes: int = Field(1, ge=1, description="accelerate: processes (devices) per training run.")
 
 
 class EvaluateConfig(Strict):
@@ -261,7 +270,25 @@ class BudgetConfig(Strict):
 
 
 class AllocateConfig(Strict):
-    policy: Literal["uniform"] = Field("uniform", description="How compute is shared by targets.")
+    """How the next iteration's training steps and battles are shared among the targets
+    (ModelArena's compute allocation; see flywheel/allocation.py)."""
+
+    policy: Literal["uniform", "proportional", "successive-halving", "selective"] = Field(
+        "uniform", description="uniform; proportional (share ~ learning rate, smoothed, floored); "
+        "successive-halving (drop the slowest fraction every k iterations); selective (top k only).")
+    warmup: int = Field(1, ge=0, description="Training iterations at equal shares before a policy acts.")
+    window: int = Field(2, ge=1, description="Iterations over which a target's learning rate is measured.")
+    compute: Literal["steps", "params"] = Field("steps", description="Unit of compute in the learning rate: "
+                                                "training steps, or steps x parameters.")
+    smoothing: float = Field(0.5, ge=0, lt=1, description="proportional: weight of the previous share.")
+    floor: float = Field(0.05, ge=0, lt=1, description="proportional: the least share a target gets.")
+    halving_every: int = Field(1, ge=1, description="successive-halving: iterations between drops.")
+    halving_fraction: float = Field(0.5, gt=0, lt=1, description="successive-halving: share of the remaining "
+                                    "targets dropped each time (at least one stays).")
+    top_k: int = Field(1, ge=1, description="selective: targets that train each iteration.")
+    sharing: Literal["competitive", "cooperative"] = Field(
+        "competitive", description="competitive: a target learns from its own battles; cooperative: "
+        "the targets pool their winning traces.")
 
 
 class ScheduleConfig(Strict):
@@ -300,6 +327,8 @@ class FlywheelConfig(Strict):
         dupes = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if dupes:
             raise ValueError(f"player names must be unique (ignoring case): {dupes}")
+        if self.allocate.floor * len(self.targets) > 1:
+            raise ValueError(f"allocate.floor {self.allocate.floor} x {len(self.targets)} targets exceeds 1")
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
         return self

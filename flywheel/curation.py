@@ -30,9 +30,10 @@ def curate(
     DPO: (winner, loser) from every decisive battle with a target in it. Eval prompts never pass."""
     sft: list[SFTExample] = []
     dpo: list[DPOPair] = []
-    dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "too_long": 0, "duplicate": 0}
-    seen_sft: set[str] = set()
-    seen_dpo: set[str] = set()
+    dropped = {"invalid": 0, "failed": 0, "undecided": 0, "weak": 0, "contaminated": 0, "too_long": 0,
+               "too_short": 0, "duplicate": 0}
+    seen_sft: set[tuple[str, str]] = set()  # (target, prompt): each target's own examples
+    seen_dpo: set[tuple[str, str]] = set()
     target_set = set(targets)
     for b in battles:
         j = judgments.get(b.battle_id)
@@ -45,7 +46,10 @@ def curate(
         if j.winner not in ("model_a", "model_b"):
             dropped["undecided"] += 1
             continue
-        if b.prompt in eval_texts:
+        if j.margin < cfg.min_margin:
+            dropped["weak"] += 1
+            continue
+        if b.prompt in eval_texts or " ".join(b.prompt.split()) in eval_texts:
             dropped["contaminated"] += 1
             continue
         win_model, win_text, lose_model, lose_text = (
@@ -56,17 +60,20 @@ def curate(
         if len(win_text) > cfg.max_completion_chars:
             dropped["too_long"] += 1
             continue
+        if len(win_text.strip()) < cfg.min_completion_chars:
+            dropped["too_short"] += 1
+            continue
         target_lost = split_version(lose_model)[0] in target_set
         target_won = split_version(win_model)[0] in target_set
         target = split_version(lose_model if target_lost else win_model)[0]
         if target_lost or (target_won and cfg.include_target_wins):
-            if cfg.dedup and b.prompt in seen_sft:
+            if cfg.dedup and (target, b.prompt) in seen_sft:
                 dropped["duplicate"] += 1
             else:
-                seen_sft.add(b.prompt)
+                seen_sft.add((target, b.prompt))
                 sft.append(SFTExample(b.prompt, win_text, b.prompt_id, b.category, win_model, b.battle_id, b.iteration, target))
-        if (target_lost or target_won) and not (cfg.dedup and b.prompt in seen_dpo):
-            seen_dpo.add(b.prompt)
+        if (target_lost or target_won) and not (cfg.dedup and (target, b.prompt) in seen_dpo):
+            seen_dpo.add((target, b.prompt))
             dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
     return Curated(sft, dpo, dropped)
 

@@ -10,15 +10,17 @@ nothing twice. The Prefect flow in ``flows/`` wraps each stage as a task.
 from __future__ import annotations
 
 import functools
-import re
 import importlib.metadata
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from flywheel import reports
 from flywheel.allocation import allocate
@@ -31,7 +33,7 @@ from flywheel.records import Battle, BattleSpec, Prompt, stable_id
 from flywheel import selection
 from flywheel.selection import Selector, arm_of, seat
 from flywheel.store import RunStore, atomic_write_json, atomic_write_text, iter_name, read_json
-from flywheel.training import train_version
+from flywheel.training import is_main_process, train_version
 from flywheel.world import Roster, split_version, versioned, world_pools
 from judges.base import PairwiseJudge
 
@@ -390,7 +392,8 @@ def curate_stage(ctx: Context, k: int) -> dict[str, Any]:
     """Turn this iteration's judged battles into SFT and DPO datasets on disk."""
     eval_texts = {p.text for p in ctx.eval_split}
     battles = ctx.store.battles(k, "train")
-    cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, eval_texts, ctx.cfg.curate)
+    no_train = eval_texts | {" ".join(t.split()) for t in eval_texts}  # whitespace variants too
+    cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
     d = ctx.store.iter_dir(k)
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
     players = {"targets": [m for m in contestants if "@" in m], "opponents": [m for m in contestants if "@" not in m]}
@@ -414,32 +417,66 @@ def _training_data(ctx: Context, k: int, kind: str, target: str):
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
     # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
     parts = [load_from_disk(str(ctx.store.iter_dir(i) / kind), keep_in_memory=True) for i in iters]
-    parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
+    if ctx.cfg.allocate.sharing == "competitive":  # cooperative: every target's winning traces
+        parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
     parts = [p for p in parts if len(p)]
     return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
 
 
 @_stage("train")
 def train(ctx: Context, k: int, steps: dict[str, int]) -> dict[str, Any]:
-    """Fine-tune every target's current version into the next one with TRL."""
-    out: dict[str, Any] = {}
-    for t in ctx.roster.targets:
-        new = versioned(t, k)
-        target_dir = ctx.store.model_dir(new)
-        sft = _training_data(ctx, k, "sft", t)
-        dpo = _training_data(ctx, k, "dpo", t)
-        pc = ctx.roster.config(t)
-        if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
-            previous = ctx.store.model_dir(current_version(ctx, t, k)) if k > 1 else None
-            res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, ctx.cfg.train, steps[t],
-                                ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
+    """Fine-tune every target's current version into the next one with TRL: in this process, or
+    through ``accelerate launch`` (``train.launcher``), one target at a time."""
+    if ctx.cfg.train.launcher == "accelerate":
+        return {t: _launch_training(ctx, k, t, steps[t]) for t in ctx.roster.targets}
+    return {t: train_target(ctx, k, t, steps[t]) for t in ctx.roster.targets}
+
+
+def train_target(ctx: Context, k: int, t: str, steps: int) -> dict[str, Any]:
+    """Train target ``t``'s version k from version k-1 on iteration k's curated data."""
+    new = versioned(t, k)
+    target_dir = ctx.store.model_dir(new)
+    sft = _training_data(ctx, k, "sft", t)
+    dpo = _training_data(ctx, k, "dpo", t)
+    pc = ctx.roster.config(t)
+    tc = ctx.cfg.train if pc.learning_rate is None else ctx.cfg.train.model_copy(update={"learning_rate": pc.learning_rate})
+    if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
+        previous = ctx.store.model_dir(current_version(ctx, t, k)) if k > 1 else None
+        res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
+                            ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
+        if is_main_process():
             ctx.roster.build(pc, t).load_lora_adapter(new, str(target_dir.resolve()))  # type: ignore[attr-defined]
-        else:
-            res = train_version(ctx.roster.path(current_version(ctx, t, k)), target_dir, sft, dpo, ctx.cfg.train,
-                                steps[t], ctx.cfg.run.seed + k)
-        out[t] = {"version": new, "steps": res.steps, "loss": res.loss, "examples": res.examples,
-                  "served_as": new if pc.serve_lora else None}
-    return out
+    else:
+        res = train_version(ctx.roster.path(current_version(ctx, t, k)), target_dir, sft, dpo, tc, steps,
+                            ctx.cfg.run.seed + k)
+    return {"version": new, "steps": res.steps, "loss": res.loss, "examples": res.examples,
+            "served_as": new if pc.serve_lora else None}
+
+
+def _launch_training(ctx: Context, k: int, t: str, steps: int) -> dict[str, Any]:
+    """``accelerate launch`` the training of one target (flywheel/train_worker.py); its main
+    process writes the result next to the stage results."""
+    import shutil
+    import subprocess
+    import sys
+
+    import torch
+
+    result = ctx.store.iter_dir(k) / "stages" / f"train-{t}.json"
+    if result.exists():
+        return read_json(result)
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if accelerate is None:
+        raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
+    cmd = [accelerate, "launch", "--num_processes", str(ctx.cfg.train.num_processes), "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no"]
+    cmd += [] if torch.cuda.is_available() else ["--cpu"]
+    cmd += ["-m", "flywheel.train_worker", str(ctx.store.root), str(k), t, str(steps)]
+    log.info("training %s@%d: %s", t, k, " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not result.exists():
+        raise RuntimeError(f"accelerate launch for {t}@{k} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return read_json(result)
 
 
 @_stage("evaluate")
@@ -516,17 +553,39 @@ def category_boards(store: RunStore, cfg: FlywheelConfig, phase: str = "eval") -
 
 @_stage("allocate")
 def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
-    """Share the next iteration's training steps and battles among the targets."""
-    history: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
+    """Share the next iteration's training steps and battles among the targets, from each
+    target's eval-accuracy gain per unit of compute (see flywheel/allocation.py)."""
+    accuracy: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
+    compute: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
     for i in range(k + 1):
-        ev = stage_result(ctx.store, i, "evaluate") or {}
+        ev = (stage_result(ctx.store, i, "evaluate") or {}).get("eval", {})
+        tr = stage_result(ctx.store, i, "train") or {} if i > 0 else {}
         for t in ctx.roster.targets:
-            acc = ev.get("eval", {}).get(versioned(t, i), {}).get("accuracy")
+            acc = ev.get(versioned(t, i), {}).get("accuracy")
             if acc is not None:
-                history[t].append(acc)
+                accuracy[t].append(acc)
+                steps = tr.get(t, {}).get("steps", 0)
+                compute[t].append(steps * (_n_params(ctx, t) if ctx.cfg.allocate.compute == "params" else 1))
+    previous = (stage_result(ctx.store, k - 1, "allocate") or {}).get("shares") if k > 0 else None
     alloc = allocate(ctx.cfg.allocate, ctx.roster.targets, ctx.cfg.train.steps,
-                     ctx.cfg.select.battles_per_iteration, history)
+                     ctx.cfg.select.battles_per_iteration, accuracy, compute, previous)
     return alloc.to_dict()
+
+
+@functools.lru_cache(maxsize=64)
+def _params_at(path: str) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(Path(path) / "model.safetensors"), "pt") as f:
+        for name in f.keys():
+            total += int(np.prod(f.get_slice(name).get_shape()))
+    return total
+
+
+def _n_params(ctx: Context, target: str) -> int:
+    """Parameters of a target (its base weights), for compute measured as steps x parameters."""
+    return _params_at(ctx.roster.path(versioned(target, 0)))
 
 
 # -- the summary --------------------------------------------------------------------------------
@@ -570,7 +629,7 @@ def judge_report(ctx: Context, k: int) -> dict[str, Any]:
 
     vc = ctx.cfg.judge.verifier
     verifier = VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function)
-    return diagnose(ctx.store.battles(k), ctx.store.judgments(k), ctx.judge.model, verifier)
+    return diagnose(ctx.store.battles(k), ctx.store.judgments(k), ctx.judge.model, verifier, ctx.judge.name)
 
 
 def usage_summary(store: RunStore, k: int) -> dict[str, dict[str, float]]:

@@ -24,14 +24,14 @@ def columns_for(rows: Sequence[dict[str, Any]], base: Sequence[str] = COLUMNS) -
 
 def _cell(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}"
+        return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
     return str(v)
 
 
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge")}
+    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge", "target", "policy")}
     line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
@@ -142,3 +142,17 @@ def judge_lines(summary: dict[str, Any]) -> str:
 
 def _blank(v: Any) -> Any:
     return "-" if v is None else v
+
+
+def allocation_lines(summary: dict[str, Any]) -> str:
+    """Per iteration and target: the next iteration's share, steps and battles, and the learning
+    rate (accuracy gain per unit of compute) behind them."""
+    rows = []
+    for e in summary.get("iterations", []):
+        a = e.get("allocation") or {}
+        for t, share in (a.get("shares") or {}).items():
+            rows.append({"iteration": e["iteration"], "target": t, "policy": a.get("policy", "uniform"),
+                         "acting": a.get("acting", False), "share": share, "train_steps": a["train_steps"][t],
+                         "battles": a["battles"][t], "learning_rate": a.get("learning_rates", {}).get(t, 0.0)})
+    cols = ("iteration", "target", "policy", "acting", "share", "train_steps", "battles", "learning_rate")
+    return text_table(rows, cols) if rows else "(no allocation)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,11 @@ class TrainResult:
     steps: int
     loss: float | None
     examples: int
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a distributed launch (``accelerate launch``), or the only process."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _common_args(cfg: TrainConfig, steps: int, seed: int, out: str) -> dict:
@@ -77,7 +83,8 @@ def train_version(
     if cfg.method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
         plan.append(("dpo", dpo_data))
     if steps <= 0 or not plan:
-        save_checkpoint(model, tokenizer, out)
+        if is_main_process():
+            save_checkpoint(model, tokenizer, out)
         return TrainResult(0, None, 0)
     per_stage = max(1, steps // len(plan))
     total, loss, examples = 0, None, 0
@@ -108,5 +115,6 @@ def train_version(
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
             log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, result.global_step, len(data), loss)
-    save_checkpoint(model, tokenizer, out)
+    if is_main_process():  # under accelerate every process trains; one saves
+        save_checkpoint(model, tokenizer, out)
     return TrainResult(total, loss, examples)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from flywheel.records import Battle, Judgment
@@ -70,7 +71,7 @@ def _reference_verdicts(battles: list[Battle], verifier: PairwiseJudge) -> list[
 
 
 def diagnose(battles: list[Battle], judgments: dict[str, Judgment], judge_model: str | None = None,
-             verifier: PairwiseJudge | None = None) -> dict[str, Any]:
+             verifier: PairwiseJudge | None = None, judge_name: str | None = None) -> dict[str, Any]:
     """The report's judge section for these battles (only those with a judgment count).
     ``verifier`` (default: exact match) gives the reference verdicts for self-preference."""
     judged = [(b, judgments[b.battle_id]) for b in battles if b.battle_id in judgments]
@@ -78,8 +79,9 @@ def diagnose(battles: list[Battle], judgments: dict[str, Judgment], judge_model:
     pairs = [(b, j.winner) for b, j in judged]
     contestants = {_base(m) for b, _ in judged for m in (b.model_a, b.model_b)}
     out: dict[str, Any] = {
-        "judge": js[0].judge if js else None,
+        "judge": judge_name or (js[0].judge if js else None),
         "judged": len(js),
+        "by_judge": dict(sorted(Counter(j.judge for j in js).items())),  # a hybrid's two halves
         "invalid": sum(1 for j in js if not j.valid),
         "flip_rate": flip_rate(js),
         "length_bias": length_bias(pairs),

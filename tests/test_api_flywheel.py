@@ -65,6 +65,8 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
     assert sum(u["calls"] for u in judge_use) >= sum(u["judge_calls"] for u in judge_use)
     report = summary["iterations"][1]["judge"]
     assert report["judged"] > 0 and 0 <= report["flip_rate"]["rate"] <= 1 and report["length_bias"]["decisive"] > 0
+    assert report["judge"] == "hybrid:verifier+llm:judge:arena_hard"
+    assert set(report["by_judge"]) == {"verifier", "llm:judge:arena_hard"}
 
     # Secrets come from the environment only: not in any file the run wrote, nor in its output.
     for f in run.rglob("*"):

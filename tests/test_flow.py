@@ -266,3 +266,32 @@ def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finis
                 for b in store.battles(1, "train")}
 
     assert len(log(dask)) == 48 and log(dask) == log(finished_run)  # same battles, answers and verdicts
+
+
+# -- several targets: compute allocation ------------------------------------------------------
+def test_three_targets_share_compute_proportionally(harness, tiny_models_dir, tmp_path):
+    from flywheel.config import FlywheelConfig
+    from tests.conftest import tiny_tree
+
+    tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
+                     allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1)
+    base = str(tiny_models_dir / "student")
+    tree["targets"] = [{"name": "fast", "path": base, "learning_rate": 1e-2},
+                       {"name": "mid", "path": base}, {"name": "slow", "path": base, "learning_rate": 1e-6}]
+    root = Path(flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json")))
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["targets"] == ["fast", "mid", "slow"]
+    # The allocation recorded after iteration k is what iteration k+1 runs on: a warm-up of one
+    # iteration at equal shares (allocated after the baseline), then the policy acts.
+    warm, acting = summary["iterations"][0]["allocation"], summary["iterations"][1]["allocation"]
+    assert warm["policy"] == "proportional" and not warm["acting"]
+    assert warm["shares"] == pytest.approx({"fast": 1 / 3, "mid": 1 / 3, "slow": 1 / 3}, abs=1e-5)
+    assert acting["acting"] and sum(acting["shares"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert min(acting["shares"].values()) >= 0.1 - 1e-9 and set(acting["learning_rates"]) == {"fast", "mid", "slow"}
+    for k, alloc in ((1, warm), (2, acting)):  # battles and training steps per target follow the shares
+        plan = read_plan(RunStore(root), k)
+        per_target = {t: sum(1 for s in plan if f"{t}@{k - 1}" in (s.model_a, s.model_b)) for t in ("fast", "mid", "slow")}
+        assert per_target == alloc["battles"]
+        assert all(summary["iterations"][k]["train_steps"][t] <= alloc["train_steps"][t] for t in per_target)
+    for t in ("fast", "mid", "slow"):
+        assert (root / "models" / f"{t}@2" / "config.json").exists()

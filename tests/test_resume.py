@@ -12,7 +12,7 @@ from flywheel.store import RunStore
 
 
 def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env):
-    cfg, path = tiny_config(run__name="killed", select__battles_per_iteration=96)
+    cfg, path = tiny_config(run__name="killed", select__battles_per_iteration=96, run__shard_size=24)
     run_dir = cfg.run.root / "killed"
     cmd = [sys.executable, "-m", "flywheel.cli", "run", str(path)]
     proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -48,7 +48,7 @@ def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env):
 
     # The same run, never interrupted, plans exactly the same battles: the bandit state and every
     # selection round were restored, not redrawn.
-    _, ref_path = tiny_config(run__name="straight", select__battles_per_iteration=96)
+    _, ref_path = tiny_config(run__name="straight", select__battles_per_iteration=96, run__shard_size=24)
     straight = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(ref_path)], env=cli_env,
                               capture_output=True, text=True, timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]

@@ -1,0 +1,114 @@
+"""Compute allocation across targets (ModelArena) vs uniform shares, on the embedded world.
+
+Three targets start from the same pre-trained ``student`` weights and learn at different rates
+(learning rates 3e-3, 6e-4 and 1e-4). Each run has the same total budget of training steps
+(steps per target x targets x iterations) and the same seed for both policies. Per iteration we
+record the training steps spent so far (all targets) and the best target's eval accuracy.
+
+The figure: the budget uniform allocation spends to reach its final best-target accuracy,
+divided by the budget the allocator spends to reach that same accuracy (linear interpolation
+between iterations; 0 if it never does), median over the seeds.
+
+    python -m benchmarks.allocation [--seeds 0 1 2] [--iterations 4] [--steps 150] [--battles 600]
+
+The stages run as plain functions (what the Prefect tasks wrap), without a Prefect server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from flywheel import pipeline
+from flywheel.config import FlywheelConfig
+from flywheel.tinymodels import bootstrap
+from flywheel.world import forget_players, versioned
+
+TARGETS = [("fast", 3e-3), ("mid", 6e-4), ("slow", 1e-4)]
+
+
+def run_once(policy: str, seed: int, args: argparse.Namespace, root: Path) -> list[tuple[int, float]]:
+    """(training steps spent so far, best target's eval accuracy) after each iteration."""
+    base = str(Path(args.models_dir) / "student")
+    cfg = FlywheelConfig.model_validate({
+        "run": {"root": str(root), "name": f"{policy}-seed{seed}", "iterations": args.iterations, "seed": seed},
+        "world": {"models_dir": args.models_dir},
+        "targets": [{"name": n, "path": base, "learning_rate": lr} for n, lr in TARGETS],
+        "select": {"battles_per_iteration": args.battles},
+        "train": {"steps": args.steps},
+        "rating": {"bootstrap_rounds": 0},
+        "allocate": {"policy": policy},
+    })
+    ctx = pipeline.open_run(cfg)
+    try:
+        pipeline.evaluate(ctx, 0)
+        pipeline.allocate_stage(ctx, 0)
+        pipeline.record_iteration(ctx, 0, 0.0)
+        for k in range(1, args.iterations + 1):
+            plan = pipeline.stage_result(ctx.store, k - 1, "allocate")
+            for rnd in range(1, cfg.select.rounds + 1):
+                pipeline.select(ctx, k, rnd, plan["battles"])
+                pipeline.battle(ctx, k, rnd)
+                pipeline.judge(ctx, k, rnd)
+            pipeline.rate(ctx, k)
+            pipeline.curate_stage(ctx, k)
+            pipeline.train(ctx, k, plan["train_steps"])
+            forget_players()
+            pipeline.evaluate(ctx, k)
+            pipeline.allocate_stage(ctx, k)
+            pipeline.record_iteration(ctx, k, 0.0)
+    finally:
+        ctx.store.unlock()
+    curve, spent = [], 0
+    for e in pipeline.summary(ctx.store)["iterations"]:
+        spent += sum(e["train_steps"].values())
+        best = max(e["eval"][versioned(t, e["iteration"])]["accuracy"] for t, _ in TARGETS)
+        curve.append((spent, best))
+    return curve
+
+
+def budget_to_reach(curve: list[tuple[int, float]], goal: float) -> float:
+    """Training steps at which the curve first reaches ``goal`` (interpolated); inf if never."""
+    if curve[0][1] >= goal:
+        return float(curve[0][0])
+    for (b0, a0), (b1, a1) in zip(curve, curve[1:]):
+        if a1 >= goal:
+            return b0 + (b1 - b0) * (goal - a0) / (a1 - a0)
+    return float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=150, help="training steps per target per iteration (uniform)")
+    ap.add_argument("--battles", type=int, default=600, help="battles per target per iteration (uniform)")
+    ap.add_argument("--policy", default="proportional")
+    ap.add_argument("--models-dir", default="data/models")
+    args = ap.parse_args()
+    bootstrap(FlywheelConfig(world={"models_dir": args.models_dir}).world, only=["student", "calc", "scribe", "generalist"])
+    total = args.steps * len(TARGETS) * args.iterations
+    print(f"3 targets (lr {', '.join(f'{n}={lr:g}' for n, lr in TARGETS)}), {args.iterations} iterations, "
+          f"total budget {total} training steps; policy {args.policy} vs uniform")
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="bench-alloc-") as tmp:
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            uni = run_once("uniform", seed, args, Path(tmp))
+            ours = run_once(args.policy, seed, args, Path(tmp))
+            goal = uni[-1][1]
+            b_uni, b_ours = budget_to_reach(uni, goal), budget_to_reach(ours, goal)
+            ratio = 0.0 if b_ours == float("inf") else 1.0 if b_ours == b_uni else b_uni / b_ours if b_ours else float("inf")
+            ratios.append(ratio)
+            fmt = lambda c: " ".join(f"{b}:{a:.3f}" for b, a in c)  # noqa: E731
+            print(f"seed {seed}: uniform  {fmt(uni)}\n        {args.policy:<8} {fmt(ours)}\n"
+                  f"        goal {goal:.3f}: uniform {b_uni:.0f} steps, {args.policy} {b_ours:.0f} steps, "
+                  f"ratio {ratio:.2f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"ratio: {statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Compute allocation across targets: each policy's arithmetic (warm-up, floors, smoothing,
+halving, top-k), learning rates per unit of compute; curation rules and decontamination."""
+
+import pytest
+
+from flywheel.allocation import allocate, learning_rates, proportional
+from flywheel.config import AllocateConfig, ConfigError, CurateConfig, load_config
+from flywheel.curation import curate
+from flywheel.records import Battle, Judgment
+
+T = ["a", "b", "c"]
+# Eval accuracy after each iteration (0 = baseline) and training steps spent per iteration.
+ACC = {"a": [0.1, 0.3, 0.5], "b": [0.1, 0.15, 0.2], "c": [0.1, 0.1, 0.1]}
+STEPS = {t: [0, 100, 100] for t in T}
+
+
+def test_learning_rate_is_gain_per_unit_of_compute_over_the_window():
+    assert learning_rates(ACC, STEPS, window=2) == pytest.approx({"a": 0.002, "b": 0.0005, "c": 0.0})
+    assert learning_rates(ACC, STEPS, window=1) == pytest.approx({"a": 0.002, "b": 0.0005, "c": 0.0})
+    params = {"a": [0, 100 * 5, 100 * 5], "b": [0, 100, 100], "c": [0, 100, 100]}  # a is 5x bigger
+    assert learning_rates(ACC, params, window=2)["a"] == pytest.approx(0.0004)
+    assert learning_rates({"a": [0.2]}, {}, 2) == {"a": 0.0}
+
+
+def test_warm_up_gives_equal_shares_whatever_the_policy():
+    for policy in ("proportional", "successive-halving", "selective"):
+        cfg = AllocateConfig(policy=policy, warmup=2)
+        early = allocate(cfg, T, 100, 300, {t: a[:2] for t, a in ACC.items()}, STEPS)
+        assert not early.acting and early.shares == pytest.approx({t: 1 / 3 for t in T}, abs=1e-6)
+        assert early.train_steps == {t: 100 for t in T} and early.battles == {t: 300 for t in T}
+        late = allocate(cfg, T, 100, 300, ACC, STEPS)
+        assert late.acting and late.shares["a"] > 1 / 3
+
+
+def test_proportional_smooths_against_the_previous_share_and_floors():
+    cfg = AllocateConfig(policy="proportional", warmup=1, smoothing=0.5, floor=0.1)
+    out = allocate(cfg, T, 100, 300, ACC, STEPS, previous={t: 1 / 3 for t in T})
+    # new shares (0.8, 0.2, 0); mixed with 1/3 each: (0.5667, 0.2667, 0.1667); floored: 0.1 + 0.7 x mixed
+    assert out.shares == pytest.approx({"a": 0.49667, "b": 0.28667, "c": 0.21667}, abs=1e-5)
+    assert sum(out.shares.values()) == pytest.approx(1.0)
+    assert sum(out.train_steps.values()) == 300 and out.train_steps["a"] == 149
+    starving = proportional({"a": 1.0, "b": 0.0, "c": 0.0}, {"a": 1.0, "b": 0.0, "c": 0.0}, 0.5, 0.05)
+    assert min(starving.values()) == pytest.approx(0.05)  # the floor: nobody starves
+    no_signal = proportional({t: -0.1 for t in T}, {t: 1 / 3 for t in T}, 0.0, 0.0)
+    assert no_signal == pytest.approx({t: 1 / 3 for t in T})
+
+
+def test_successive_halving_drops_the_slowest_every_k_iterations():
+    cfg = AllocateConfig(policy="successive-halving", warmup=1, halving_every=1, halving_fraction=0.5)
+    first = allocate(cfg, T, 100, 300, ACC, STEPS, previous={t: 1 / 3 for t in T})
+    assert first.shares == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.0})  # floor(3 x 0.5) = 1 dropped
+    second = allocate(cfg, T, 100, 300, ACC, STEPS, previous=first.shares)
+    assert second.shares == pytest.approx({"a": 1.0, "b": 0.0, "c": 0.0})
+    assert allocate(cfg, T, 100, 300, ACC, STEPS, previous=second.shares).shares["a"] == 1.0  # one always stays
+    every2 = AllocateConfig(policy="successive-halving", warmup=1, halving_every=2)
+    # Drops come at the first acting iteration and every 2nd after it: after 2 trained, none.
+    kept = allocate(every2, T, 100, 300, ACC, STEPS, previous={"a": 0.5, "b": 0.5, "c": 0.0})
+    assert kept.shares == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.0})
+    acc3 = {t: a + [a[-1] + 0.1] for t, a in ACC.items()}
+    steps3 = {t: s + [100] for t, s in STEPS.items()}
+    dropped = allocate(every2, T, 100, 300, acc3, steps3, previous={"a": 0.5, "b": 0.5, "c": 0.0})
+    assert dropped.shares == pytest.approx({"a": 1.0, "b": 0.0, "c": 0.0})
+
+
+def test_selective_trains_only_the_top_k():
+    out = allocate(AllocateConfig(policy="selective", top_k=2), T, 100, 300, ACC, STEPS)
+    assert out.shares == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.0}) and out.train_steps["c"] == 0
+
+
+def test_uniform_records_rates_without_acting():
+    out = allocate(AllocateConfig(), T, 100, 300, ACC, STEPS)
+    assert not out.acting and out.learning_rates["a"] == pytest.approx(0.002)
+    assert out.to_dict()["policy"] == "uniform"
+
+
+def test_allocation_settings_are_checked():
+    with pytest.raises(ConfigError, match="allocate.policy"):
+        load_config(None, ["allocate.policy=greedy"])
+    with pytest.raises(ConfigError, match="allocate.smoothing"):
+        load_config(None, ["allocate.smoothing=1.5"])
+    with pytest.raises(ConfigError, match="floor"):
+        load_config(None, ["allocate.floor=0.5", "targets=[{name: a}, {name: b}, {name: c}]"])
+
+
+def battle(bid, prompt, ra, rb, a="s1@0", b="calc"):
+    return Battle(bid, 1, "train", "p" + bid, prompt, "add", 1, "42", a, b, ra, rb)
+
+
+def test_curation_margin_threshold_length_limits_and_decontamination():
+    battles = [battle("1", "40+2=", "41", "42"), battle("2", "39+3=", "41", "42"), battle("3", "38+4=", "41", ""),
+               battle("4", "7*6=", "0", "42"), battle("5", " 7*6 =", "0", "42"), battle("6", "37+5=", "1", "42")]
+    js = {"1": Judgment("1", "llm", "model_b", 2.0), "2": Judgment("2", "llm", "model_b", 1.0),
+          "3": Judgment("3", "llm", "model_a", 1.0), "4": Judgment("4", "llm", "model_b", 2.0),
+          "5": Judgment("5", "llm", "model_b", 2.0), "6": Judgment("6", "llm", "model_b", 2.0)}
+    cfg = CurateConfig(min_margin=1.5, min_completion_chars=1, max_completion_chars=64)
+    cur = curate(battles, js, ["s1"], {"7*6=", "7*6 ="}, cfg)
+    assert [e.prompt for e in cur.sft] == ["40+2=", "37+5="]
+    assert cur.dropped["weak"] == 2 and cur.dropped["contaminated"] == 2  # " 7*6 =" is the eval prompt too
+    short = curate(battles[:1], {"1": Judgment("1", "llm", "model_b", 2.0)}, ["s1"], set(),
+                   CurateConfig(min_completion_chars=3))
+    assert not short.sft and short.dropped["too_short"] == 1
+    # Two targets losing on one prompt: each keeps its own example (dedup is per target).
+    pair = [battle("7", "40+2=", "41", "42", a="s1@0"), battle("8", "40+2=", "40", "42", a="s2@0")]
+    both = curate(pair, {"7": js["1"], "8": Judgment("8", "llm", "model_b", 2.0)}, ["s1", "s2"], set(), CurateConfig())
+    assert sorted(e.target for e in both.sft) == ["s1", "s2"]
