@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bandits import battles_needed
 from flywheel import pipeline
 from flywheel.config import FlywheelConfig
 from flywheel.tinymodels import bootstrap
@@ -70,16 +71,6 @@ def run_once(policy: str, seed: int, args: argparse.Namespace, root: Path) -> li
     return curve
 
 
-def budget_to_reach(curve: list[tuple[int, float]], goal: float) -> float:
-    """Training steps at which the curve first reaches ``goal`` (interpolated); inf if never."""
-    if curve[0][1] >= goal:
-        return float(curve[0][0])
-    for (b0, a0), (b1, a1) in zip(curve, curve[1:]):
-        if a1 >= goal:
-            return b0 + (b1 - b0) * (goal - a0) / (a1 - a0)
-    return float("inf")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -100,7 +91,8 @@ def main() -> None:
             uni = run_once("uniform", seed, args, Path(tmp))
             ours = run_once(args.policy, seed, args, Path(tmp))
             goal = uni[-1][1]
-            b_uni, b_ours = budget_to_reach(uni, goal), budget_to_reach(ours, goal)
+            # The budget at which each curve first reaches the goal (interpolated; inf if never).
+            b_uni, b_ours = (battles_needed([b for b, _ in c], [a for _, a in c], goal) for c in (uni, ours))
             ratio = 0.0 if b_ours == float("inf") else 1.0 if b_ours == b_uni else b_uni / b_ours if b_ours else float("inf")
             ratios.append(ratio)
             fmt = lambda c: " ".join(f"{b}:{a:.3f}" for b, a in c)  # noqa: E731
