@@ -56,13 +56,13 @@ def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
 
 @task(**TASK)
 def battle(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
-    """Record the round's battles (and play any a shard left behind)."""
+    """Record the round's battles (the mapped shards played them)."""
     return pipeline.battle(ctx, k, rnd)
 
 
 @task(**TASK)
 def judge(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
-    """Judge anything left; the round's verdicts reward the bandits."""
+    """The round's verdicts (judged by the mapped shards) reward the bandits."""
     return pipeline.judge(ctx, k, rnd)
 
 

@@ -14,7 +14,6 @@ from flywheel.world import Roster
 from judges.base import PairwiseJudge
 
 log = logging.getLogger("flywheel")
-WORKER = f"{socket.gethostname()}:{os.getpid()}"  # which process did the work (mapped shards run anywhere)
 
 
 def write_plan(store: RunStore, iteration: int, rnd: int, specs: list[BattleSpec]) -> None:
@@ -56,7 +55,8 @@ def generate_cached(
         out.update({g.prompt_id: g for g in gens})
     if prompts:
         after = _usage(player_obj)
-        row = {"iteration": iteration, "phase": phase, "player": player, "worker": WORKER, "generated": len(todo),
+        row = {"iteration": iteration, "phase": phase, "player": player,
+               "worker": f"{socket.gethostname()}:{os.getpid()}",  # mapped shards run on any process "generated": len(todo),
                "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
         store.append_jsonl("usage.jsonl", row)

@@ -118,20 +118,21 @@ def stats(path: Path) -> dict[str, Any]:
                      ("targets", "target"), ("winners", "winner"), ("judges", "judge")):
         if col in rows[0]:
             out[key] = dict(sorted(Counter(str(r[col]) for r in rows).items()))
-    root = _run_root(path)
-    if root is not None and "battle_id" in rows[0]:
+    if "margin" in rows[0]:  # a judgments log carries its margins
+        out["judge_margins"] = _margins([r["margin"] for r in rows if r.get("winner") is not None])
+    elif (root := _run_root(path)) is not None and "battle_id" in rows[0]:
         ids = {r["battle_id"] for r in rows}
         margins = [r["margin"] for f in sorted((root / "judgments").glob("*.parquet"))
                    for r in pq.read_table(f, columns=["battle_id", "margin", "winner"]).to_pylist()
                    if r["battle_id"] in ids and r["winner"] is not None]
         if margins:
-            out["judge_margins"] = {"judged": len(margins), "mean": round(statistics.fmean(margins), 3),
-                                    "histogram": dict(sorted(Counter(str(m) for m in margins).items()))}
-    if "margin" in rows[0]:
-        margins = [r["margin"] for r in rows if r.get("winner") is not None]
-        out["judge_margins"] = {"judged": len(margins), "mean": round(statistics.fmean(margins), 3) if margins else None,
-                                "histogram": dict(sorted(Counter(str(m) for m in margins).items()))}
+            out["judge_margins"] = _margins(margins)
     return out
+
+
+def _margins(margins: list[float]) -> dict[str, Any]:
+    return {"judged": len(margins), "mean": round(statistics.fmean(margins), 3) if margins else None,
+            "histogram": dict(sorted(Counter(str(m) for m in margins).items()))}
 
 
 def convert(row: dict[str, Any], fmt: str) -> dict[str, Any]:

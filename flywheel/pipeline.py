@@ -273,30 +273,27 @@ def judge_round_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
 
 @_stage("battle", per_round=True)
 def battle(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
-    """Play the round's planned battles that are not in the battle log yet (after the mapped
-    shards, nothing is left; run alone, this plays every shard here)."""
-    for i in range(shard_count(ctx, k, rnd)):
-        play_round_shard(str(ctx.store.root), k, rnd, i)
+    """Play every shard of the round not on disk yet (none after the flow's mapped shard tasks;
+    run alone, this plays them here)."""
+    new = sum(play_round_shard(str(ctx.store.root), k, rnd, i) for i in range(shard_count(ctx, k, rnd)))
     specs = read_plan(ctx.store, k, rnd) or []
-    new = play(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
     ids = {s.battle_id for s in specs}
     return {"planned": len(specs), "logged": sum(1 for b in ctx.store.battles(k, "train") if b.battle_id in ids),
-            "played_outside_shards": new}
+            "played_here": new}
 
 
 @_stage("judge", per_round=True)
 def judge(ctx: Context, k: int, rnd: int) -> dict[str, Any]:
-    """Judge the iteration's unjudged train battles, then feed the round's rewards to the bandits."""
-    for i in range(shard_count(ctx, k, rnd)):
-        judge_round_shard(str(ctx.store.root), k, rnd, i)
-    new = judge_pending(ctx.judge, ctx.store, k, "train", ctx.cfg.run.shard_size)
+    """Judge every shard of the round not judged yet (as ``battle``), then feed the round's
+    rewards to the bandits."""
+    new = sum(judge_round_shard(str(ctx.store.root), k, rnd, i) for i in range(shard_count(ctx, k, rnd)))
     js = ctx.store.judgments(k, "train")
     update_bandits(ctx, k, rnd, js)
     counts: dict[str, int] = {}
     for j in js.values():
         key = j.winner or "invalid"
         counts[key] = counts.get(key, 0) + 1
-    return {"judged": len(js), "new": new, "outcomes": counts}
+    return {"judged": len(js), "judged_here": new, "outcomes": counts}
 
 
 def update_bandits(ctx: Context, k: int, rnd: int, judgments: dict) -> None:
@@ -559,7 +556,7 @@ def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
     compute: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
     for i in range(k + 1):
         ev = (stage_result(ctx.store, i, "evaluate") or {}).get("eval", {})
-        tr = stage_result(ctx.store, i, "train") or {} if i > 0 else {}
+        tr = (stage_result(ctx.store, i, "train") or {}) if i > 0 else {}
         for t in ctx.roster.targets:
             acc = ev.get(versioned(t, i), {}).get("accuracy")
             if acc is not None:
@@ -624,11 +621,10 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
 def judge_report(ctx: Context, k: int) -> dict[str, Any]:
     """Iteration ``k``'s judge diagnostics: invalid verdicts, position flips, length bias,
     self-preference and (for panels) agreement, over its train and eval battles."""
+    from judges.build import build_verifier
     from judges.diagnostics import diagnose
-    from judges.verifier import VerifierJudge
 
-    vc = ctx.cfg.judge.verifier
-    verifier = VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function)
+    verifier = build_verifier(ctx.cfg.judge.verifier)
     return diagnose(ctx.store.battles(k), ctx.store.judgments(k), ctx.judge.model, verifier, ctx.judge.name)
 
 

@@ -13,11 +13,15 @@ def _identity(pc) -> str:
     return f"{pc.kind}:{pc.model or pc.path or pc.name}@{','.join(pc.base_urls)}"
 
 
+def build_verifier(vc) -> VerifierJudge:
+    """The verifier a ``judge.verifier`` config describes."""
+    return VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function)
+
+
 def build_judge(jc, roster, cache=None) -> PairwiseJudge:
     """``jc``: a JudgeConfig; ``roster``: the run's Roster (builds judge models like any player);
     ``cache``: a JsonlCache for LLM judge outputs, or None."""
-    vc = jc.verifier
-    verifier = VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function)
+    verifier = build_verifier(jc.verifier)
 
     def llm(pc) -> PairwiseJudge:
         from judges.llm import LLMJudge

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from flywheel.records import Battle, Judgment
-from judges.panel import cohen_kappa, fleiss_kappa, vote
+from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.base import PairwiseJudge
 from judges.verifier import VerifierJudge
 
@@ -110,7 +110,7 @@ def _panel(judged: list[tuple[Battle, Judgment]]) -> dict[str, Any]:
         contestants = {_base(m) for b, _ in rows for m in (b.model_a, b.model_b)}
         if model and model in contestants:
             # The other members' verdicts on the same battles: a majority of them, per battle.
-            others = [(b, _majority([ms[x]["winner"] for x in range(len(names)) if x != i])) for b, ms in rows]
+            others = [(b, majority([ms[x]["winner"] for x in range(len(names)) if x != i])) for b, ms in rows]
             entry["self_preference"] = self_preference(model, mine, others, "by_others")
         members[name] = entry
     complete = [[vote(m["winner"]) for m in ms] for _, ms in rows if all(m["winner"] for m in ms)]
@@ -119,10 +119,3 @@ def _panel(judged: list[tuple[Battle, Judgment]]) -> dict[str, Any]:
     return {"members": members, "kappa": None if kappa is None else round(kappa, 4),
             "kappa_kind": "cohen" if len(names) == 2 else "fleiss", "all_members_valid": len(complete)}
 
-
-def _majority(winners: list[str | None]) -> str | None:
-    votes = [vote(w) for w in winners if w]
-    if not votes:
-        return None
-    top = max(set(votes), key=votes.count)
-    return top if votes.count(top) * 2 > len(votes) else "tie"

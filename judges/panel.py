@@ -23,6 +23,15 @@ def vote(winner: str | None) -> str | None:
     return "tie" if winner == "tie (bothbad)" else winner
 
 
+def majority(winners: list[str | None]) -> str | None:
+    """The strict-majority verdict of the valid ``winners`` (``tie`` without one; None if none)."""
+    votes = [vote(w) for w in winners if w]
+    if not votes:
+        return None
+    (top, n), *_ = Counter(votes).most_common()
+    return top if n * 2 > len(votes) else "tie"
+
+
 class PanelJudge(PairwiseJudge):
     def __init__(self, members: Sequence[PairwiseJudge], aggregate: str = "majority") -> None:
         if len(members) < 2:
@@ -55,9 +64,7 @@ class PanelJudge(PairwiseJudge):
             sb = sum(j.score_b for j in scored) / len(scored)  # type: ignore[misc]
             winner = "tie" if sa == sb else ("model_a" if sa > sb else "model_b")
             return Judgment(b.battle_id, self.name, winner, abs(sa - sb), sa, sb, flip=flip, members=members)
-        counts = Counter(vote(j.winner) for j in valid)
-        (top, n), *rest = counts.most_common()
-        winner = top if n * 2 > len(valid) else "tie"
+        winner = majority([j.winner for j in valid])
         if winner == "tie" and all(j.winner == "tie (bothbad)" for j in valid):
             winner = "tie (bothbad)"
         margin = sum(j.margin for j in valid if vote(j.winner) == winner) / len(valid) if winner != "tie" else 0.0
