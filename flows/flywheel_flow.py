@@ -127,6 +127,14 @@ def train(ctx: Context, k: int, steps: dict[str, int]) -> dict[str, Any]:
 
 
 @task(**TASK)
+def merge(ctx: Context, k: int) -> dict[str, Any]:
+    """allocate.sharing federated: same-architecture targets are merged, weighted by accuracy."""
+    result = pipeline.merge_stage(ctx, k)
+    forget_players()
+    return result
+
+
+@task(**TASK)
 def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     """The newest versions play the held-out eval split; accuracy and Elo with CIs."""
     result = pipeline.evaluate(ctx, k)
@@ -179,6 +187,7 @@ def flywheel(config: dict[str, Any], resume: str | None = None, more: int | None
             rate(ctx, k)
             curate(ctx, k)
             train(ctx, k, plan["train_steps"])
+            merge(ctx, k)
             evaluate(ctx, k)
             allocate(ctx, k)
             entry = pipeline.record_iteration(ctx, k, time.perf_counter() - t0)

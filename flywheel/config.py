@@ -149,6 +149,8 @@ class SelectConfig(Strict):
     opponent_discount: float = Field(1.0, gt=0, le=1, description="The same for the per-cell opponent bandits; "
                                      "opponents do not change, so by default nothing is forgotten.")
     window: int = Field(0, ge=0, description="Keep only the last W rounds of rewards (0 = all).")
+    prompt_floor: float = Field(0.5, ge=0, le=1, description="Share of each round's battles spread evenly over "
+                                "all prompt cells before the bandit picks the rest (0 = all bandit, 1 = all even).")
     exploration: float = Field(1.0, gt=0, description="Exploration strength (UCB's c, EXP3's gamma/0.1).")
     pfsp_mode: Literal["hard", "variance"] = Field("hard", description="PFSP f(x): (1-x)^p or x(1-x).")
     pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
@@ -286,9 +288,14 @@ class AllocateConfig(Strict):
     halving_fraction: float = Field(0.5, gt=0, lt=1, description="successive-halving: share of the remaining "
                                     "targets dropped each time (at least one stays).")
     top_k: int = Field(1, ge=1, description="selective: targets that train each iteration.")
-    sharing: Literal["competitive", "cooperative"] = Field(
+    sharing: Literal["competitive", "cooperative", "federated"] = Field(
         "competitive", description="competitive: a target learns from its own battles; cooperative: "
-        "the targets pool their winning traces.")
+        "the targets pool their winning traces; federated: each learns from its own battles, then "
+        "same-architecture targets are merged, weighted by eval accuracy.")
+    merge_strength: float = Field(0.5, ge=0, le=1, description="federated: how far each target moves to the "
+                                  "weighted average (0 = not at all, 1 = every target becomes the average).")
+    merge_temperature: float = Field(0.05, gt=0, description="federated: merge weights are a softmax of eval "
+                                     "accuracy / this (lower = the best target dominates).")
 
 
 class ScheduleConfig(Strict):

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from flywheel import reports
+from flywheel import merging, reports
 from flywheel.allocation import allocate
 from flywheel.arena import judge_pending, judge_shard, play, play_shard, read_plan, write_plan
 from flywheel.config import FlywheelConfig, dump_config
@@ -414,7 +414,7 @@ def _training_data(ctx: Context, k: int, kind: str, target: str):
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
     # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
     parts = [load_from_disk(str(ctx.store.iter_dir(i) / kind), keep_in_memory=True) for i in iters]
-    if ctx.cfg.allocate.sharing == "competitive":  # cooperative: every target's winning traces
+    if ctx.cfg.allocate.sharing != "cooperative":  # cooperative: every target's winning traces
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
     parts = [p for p in parts if len(p)]
     return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
@@ -441,13 +441,45 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> dict[str, Any]:
         previous = ctx.store.model_dir(current_version(ctx, t, k)) if k > 1 else None
         res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
-        if is_main_process():
+        if is_main_process() and ctx.cfg.allocate.sharing != "federated":  # federated: loaded once merged
             ctx.roster.build(pc, t).load_lora_adapter(new, str(target_dir.resolve()))  # type: ignore[attr-defined]
     else:
         res = train_version(ctx.roster.path(current_version(ctx, t, k)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k)
     return {"version": new, "steps": res.steps, "loss": res.loss, "examples": res.examples,
             "served_as": new if pc.serve_lora else None}
+
+
+@_stage("merge")
+def merge_stage(ctx: Context, k: int) -> dict[str, Any]:
+    """``allocate.sharing: federated``: merge the just-trained versions of same-architecture
+    targets, weighted by their latest eval accuracy (flywheel/merging.py). The trained
+    checkpoints move to ``models/.premerge/`` first and are only read from there, so a rerun
+    after a kill writes the same merged files."""
+    a = ctx.cfg.allocate
+    if a.sharing != "federated":
+        return {"groups": []}
+    premerge = ctx.store.root / "models" / ".premerge"
+    premerge.mkdir(parents=True, exist_ok=True)
+    sources, outputs = {}, {}
+    for t in ctx.roster.targets:
+        v = versioned(t, k)
+        sources[t], outputs[t] = premerge / v, ctx.store.model_dir(v)
+        if not sources[t].exists():
+            outputs[t].rename(sources[t])
+    before = (stage_result(ctx.store, k - 1, "evaluate") or {}).get("eval", {})
+    report = []
+    for group in merging.groups(sources):
+        acc = {t: before.get(current_version(ctx, t, k), {}).get("accuracy") or 0.0 for t in group}
+        weights = merging.performance_weights(acc, a.merge_temperature)
+        merging.merge_group({t: sources[t] for t in group}, weights, a.merge_strength, {t: outputs[t] for t in group})
+        report.append({"targets": group, "weights": {t: round(w, 6) for t, w in weights.items()},
+                       "accuracy_before": acc})
+    for t in ctx.roster.targets:
+        pc = ctx.roster.config(t)
+        if pc.serve_lora and is_main_process():  # the served adapter is the merged one
+            ctx.roster.build(pc, t).load_lora_adapter(versioned(t, k), str(outputs[t].resolve()))  # type: ignore[attr-defined]
+    return {"groups": report, "strength": a.merge_strength}
 
 
 def _launch_training(ctx: Context, k: int, t: str, steps: int) -> dict[str, Any]:

@@ -74,7 +74,9 @@ class Selector:
     def choose(self, cfg: SelectConfig, n: int, rng: np.random.Generator,
                opp_win_rates: dict[str, np.ndarray]) -> list[tuple[str, str]]:
         """``n`` (cell, opponent) choices for one round."""
-        cells = [self.cells[i] for i in self.prompt.select(n, rng)]
+        even = round(n * cfg.prompt_floor)
+        spread = [self.cells[i] for i in np.resize(rng.permutation(len(self.cells)), even)]
+        cells = spread + [self.cells[i] for i in self.prompt.select(n - even, rng)]
         out = []
         for c in cells:
             if cfg.opponents == "pfsp":

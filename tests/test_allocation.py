@@ -1,7 +1,10 @@
 """Compute allocation across targets: each policy's arithmetic (warm-up, floors, smoothing,
 halving, top-k), learning rates per unit of compute; curation rules and decontamination."""
 
+import math
+
 import pytest
+import torch
 
 from flywheel.allocation import allocate, learning_rates, proportional
 from flywheel.config import AllocateConfig, ConfigError, CurateConfig, load_config
@@ -103,3 +106,47 @@ def test_curation_margin_threshold_length_limits_and_decontamination():
     pair = [battle("7", "40+2=", "41", "42", a="s1@0"), battle("8", "40+2=", "40", "42", a="s2@0")]
     both = curate(pair, {"7": js["1"], "8": Judgment("8", "llm", "model_b", 2.0)}, ["s1", "s2"], set(), CurateConfig())
     assert sorted(e.target for e in both.sft) == ["s1", "s2"]
+
+
+def test_performance_weights_favour_the_better_target():
+    from flywheel.merging import performance_weights
+
+    assert performance_weights({"a": 0.3, "b": 0.3}, 0.05) == pytest.approx({"a": 0.5, "b": 0.5})
+    w = performance_weights({"a": 0.4, "b": 0.3, "c": 0.3}, 0.05)
+    assert sum(w.values()) == pytest.approx(1.0) and w["a"] > w["b"] == pytest.approx(w["c"])
+    assert w["a"] / w["b"] == pytest.approx(math.exp(0.1 / 0.05))
+
+
+def test_federated_merge_averages_same_architecture_checkpoints(tiny_models_dir, tmp_path):
+    """student and calc share an architecture and merge; a wider model is its own group and stays
+    as it was. The sources are untouched, so a second merge writes the same tensors."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from flywheel.config import ModelSpec
+    from flywheel.merging import groups, merge_group
+    from flywheel.tinymodels import build_model, build_tokenizer
+
+    tok = build_tokenizer()
+    wide = tmp_path / "wide"
+    build_model(ModelSpec(name="wide", n_embd=48), len(tok), seed=0).save_pretrained(wide)
+    tok.save_pretrained(wide)
+    src = {"s": tiny_models_dir / "student", "c": tiny_models_dir / "calc", "w": wide}
+    assert groups(src) == [["s", "c"], ["w"]]
+    before = {t: load_file(str(p / "model.safetensors")) for t, p in src.items()}
+    out = {t: tmp_path / "out" / t for t in src}
+    (tmp_path / "out").mkdir()
+    weights, strength = {"s": 0.25, "c": 0.75}, 0.5
+    for _ in range(2):
+        merge_group({t: src[t] for t in ("s", "c")}, weights, strength, {t: out[t] for t in ("s", "c")})
+        merge_group({"w": wide}, {"w": 1.0}, strength, {"w": out["w"]})
+    after = {t: load_file(str(out[t] / "model.safetensors")) for t in src}
+    for key, s in before["s"].items():
+        c = before["c"][key]
+        avg = 0.25 * s + 0.75 * c
+        assert torch.allclose(after["s"][key], 0.5 * s + 0.5 * avg, atol=1e-6)
+        assert torch.allclose(after["c"][key], 0.5 * c + 0.5 * avg, atol=1e-6)
+    assert any(not torch.equal(after["s"][k], before["s"][k]) for k in before["s"])
+    assert all(torch.equal(after["w"][k], v) for k, v in before["w"].items())
+    assert all(torch.equal(load_file(str(src["s"] / "model.safetensors"))[k], v) for k, v in before["s"].items())
+    AutoModelForCausalLM.from_pretrained(out["s"])  # a loadable checkpoint

@@ -104,3 +104,21 @@ def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
     atomic_write_json(_bandit_path(ctx, "y-x", 1, 1), other.state())
     assert load_selector(ctx, "x", 1, 2).prompt.rounds == 0
     assert load_selector(ctx, "y-x", 1, 2).prompt.rounds == 1
+
+
+@pytest.mark.parametrize("floor", [0.0, 0.5, 1.0])
+def test_prompt_floor_spreads_that_share_of_a_round_evenly_over_cells(floor):
+    """A bandit sure that one cell is best still sends ``prompt_floor`` of each round evenly to
+    every cell (the rest follows the bandit)."""
+    from flywheel.config import SelectConfig
+    from flywheel.selection import Selector
+
+    cfg = SelectConfig(prompt_floor=floor)
+    cells = [f"c{i}" for i in range(6)]
+    sel = Selector.new(cfg, cells, ["o1", "o2"])
+    sel.prompt.update([0] * 200 + [1, 2, 3, 4, 5] * 40, [1.0] * 200 + [0.0] * 200)
+    picks = [c for c, _ in sel.choose(cfg, 120, np.random.default_rng(0), {})]
+    counts = {c: picks.count(c) for c in cells}
+    even = round(120 * floor) // 6
+    assert all(counts[c] == even for c in cells[1:]), counts  # the bandit never picks these
+    assert counts["c0"] == 120 - 5 * even

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from datasets import load_from_disk
 from prefect.testing.utilities import prefect_test_harness
 
@@ -269,12 +270,13 @@ def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finis
 
 
 # -- several targets: compute allocation ------------------------------------------------------
-def test_three_targets_share_compute_proportionally(harness, tiny_models_dir, tmp_path):
+def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_models_dir, tmp_path):
     from flywheel.config import FlywheelConfig
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
-                     allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1)
+                     allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1,
+                     allocate__sharing="federated", allocate__merge_strength=0.5)
     base = str(tiny_models_dir / "student")
     tree["targets"] = [{"name": "fast", "path": base, "learning_rate": 1e-2},
                        {"name": "mid", "path": base}, {"name": "slow", "path": base, "learning_rate": 1e-6}]
@@ -295,3 +297,17 @@ def test_three_targets_share_compute_proportionally(harness, tiny_models_dir, tm
         assert all(summary["iterations"][k]["train_steps"][t] <= alloc["train_steps"][t] for t in per_target)
     for t in ("fast", "mid", "slow"):
         assert (root / "models" / f"{t}@2" / "config.json").exists()
+    # Federated: after each iteration's training the three (same-architecture) targets were merged,
+    # weighted by accuracy; each version is half its own trained weights, half the weighted average.
+    from safetensors.torch import load_file
+
+    for k in (1, 2):
+        merged = json.loads((root / f"iter-{k:04d}" / "stages" / "merge.json").read_text())
+        (group,) = merged["groups"]
+        assert group["targets"] == ["fast", "mid", "slow"] and sum(group["weights"].values()) == pytest.approx(1, abs=1e-5)
+        trained = {t: load_file(str(root / "models" / ".premerge" / f"{t}@{k}" / "model.safetensors")) for t in group["targets"]}
+        final = {t: load_file(str(root / "models" / f"{t}@{k}" / "model.safetensors")) for t in group["targets"]}
+        for key, w in trained["fast"].items():
+            avg = sum(group["weights"][t] * trained[t][key] for t in trained)
+            for t in trained:
+                assert torch.allclose(final[t][key], 0.5 * trained[t][key] + 0.5 * avg, atol=1e-5)
