@@ -621,7 +621,7 @@ def _n_params(ctx: Context, target: str) -> int:
 def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
     """Append iteration ``k`` to summary.json (replacing an entry a killed run left behind)."""
     # select, battle and judge run per round (select-r1, ...); the plans and logs cover them.
-    res = {s: stage_result(ctx.store, k, s) or {} for s in ("curate", "train", "evaluate", "allocate")}
+    res = {s: stage_result(ctx.store, k, s) or {} for s in ("curate", "train", "merge", "evaluate", "allocate")}
     specs = read_plan(ctx.store, k) or []
     arms: dict[str, int] = {}
     for sp in specs:
@@ -636,6 +636,7 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> dict[str, Any]:
         "eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" in m},
         "opponents_eval": {m: v for m, v in res["evaluate"].get("eval", {}).items() if "@" not in m},
         "allocation": res["allocate"],
+        "merge": res["merge"],
         "arms": dict(sorted(arms.items())),
         "usage": usage_summary(ctx.store, k),
         "judge": judge_report(ctx, k),

@@ -151,8 +151,11 @@ def allocation_lines(summary: dict[str, Any]) -> str:
     for e in summary.get("iterations", []):
         a = e.get("allocation") or {}
         for t, share in (a.get("shares") or {}).items():
+            weights = {w_t: w for g in (e.get("merge") or {}).get("groups", []) if len(g["targets"]) > 1
+                       for w_t, w in g["weights"].items()}
             rows.append({"iteration": e["iteration"], "target": t, "policy": a.get("policy", "uniform"),
                          "acting": a.get("acting", False), "share": share, "train_steps": a["train_steps"][t],
-                         "battles": a["battles"][t], "learning_rate": a.get("learning_rates", {}).get(t, 0.0)})
-    cols = ("iteration", "target", "policy", "acting", "share", "train_steps", "battles", "learning_rate")
+                         "battles": a["battles"][t], "learning_rate": a.get("learning_rates", {}).get(t, 0.0),
+                         "merge_weight": weights.get(t, "-")})
+    cols = ("iteration", "target", "policy", "acting", "share", "train_steps", "battles", "learning_rate", "merge_weight")
     return text_table(rows, cols) if rows else "(no allocation)"

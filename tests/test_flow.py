@@ -302,7 +302,7 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
     from safetensors.torch import load_file
 
     for k in (1, 2):
-        merged = json.loads((root / f"iter-{k:04d}" / "stages" / "merge.json").read_text())
+        merged = summary["iterations"][k]["merge"]
         (group,) = merged["groups"]
         assert group["targets"] == ["fast", "mid", "slow"] and sum(group["weights"].values()) == pytest.approx(1, abs=1e-5)
         trained = {t: load_file(str(root / "models" / ".premerge" / f"{t}@{k}" / "model.safetensors")) for t in group["targets"]}
@@ -311,3 +311,7 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
             avg = sum(group["weights"][t] * trained[t][key] for t in trained)
             for t in trained:
                 assert torch.allclose(final[t][key], 0.5 * trained[t][key] + 0.5 * avg, atol=1e-5)
+    from flywheel.reports import allocation_lines
+
+    table = allocation_lines(summary)
+    assert "merge_weight" in table and f'{summary["iterations"][2]["merge"]["groups"][0]["weights"]["fast"]:.3f}' in table
