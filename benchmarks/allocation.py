@@ -10,6 +10,7 @@ divided by the budget the allocator spends to reach that same accuracy (linear i
 between iterations; 0 if it never does), median over the seeds.
 
     python -m benchmarks.allocation [--seeds 0 1 2] [--iterations 4] [--steps 150] [--battles 600]
+                                    [--policy proportional] [--signal loss|accuracy]
 
 The stages run as plain functions (what the Prefect tasks wrap), without a Prefect server.
 """
@@ -41,7 +42,7 @@ def run_once(policy: str, seed: int, args: argparse.Namespace, root: Path) -> li
         "select": {"battles_per_iteration": args.battles},
         "train": {"steps": args.steps},
         "rating": {"bootstrap_rounds": 0},
-        "allocate": {"policy": policy},
+        "allocate": {"policy": policy, "signal": args.signal},
     })
     ctx = pipeline.open_run(cfg)
     try:
@@ -78,12 +79,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150, help="training steps per target per iteration (uniform)")
     ap.add_argument("--battles", type=int, default=600, help="battles per target per iteration (uniform)")
     ap.add_argument("--policy", default="proportional")
+    ap.add_argument("--signal", default="loss", choices=["accuracy", "loss"],
+                    help="what learning rates measure (allocate.signal); uniform ignores it")
     ap.add_argument("--models-dir", default="data/models")
     args = ap.parse_args()
     bootstrap(FlywheelConfig(world={"models_dir": args.models_dir}).world, only=["student", "calc", "scribe", "generalist"])
     total = args.steps * len(TARGETS) * args.iterations
     print(f"3 targets (lr {', '.join(f'{n}={lr:g}' for n, lr in TARGETS)}), {args.iterations} iterations, "
-          f"total budget {total} training steps; policy {args.policy} vs uniform")
+          f"total budget {total} training steps; policy {args.policy} (signal {args.signal}) vs uniform")
     ratios = []
     with tempfile.TemporaryDirectory(prefix="bench-alloc-") as tmp:
         for seed in args.seeds:

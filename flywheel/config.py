@@ -282,6 +282,9 @@ class AllocateConfig(Strict):
     window: int = Field(2, ge=1, description="Iterations over which a target's learning rate is measured.")
     compute: Literal["steps", "params"] = Field("steps", description="Unit of compute in the learning rate: "
                                                 "training steps, or steps x parameters.")
+    signal: Literal["accuracy", "loss"] = Field(
+        "accuracy", description="What a learning rate measures the gain of: eval accuracy (any target), or the "
+        "drop of the eval loss on reference answers (local transformers targets; smoother, it moves first).")
     smoothing: float = Field(0.5, ge=0, lt=1, description="proportional: weight of the previous share.")
     floor: float = Field(0.05, ge=0, lt=1, description="proportional: the least share a target gets.")
     halving_every: int = Field(1, ge=1, description="successive-halving: iterations between drops.")
@@ -336,6 +339,11 @@ class FlywheelConfig(Strict):
             raise ValueError(f"player names must be unique (ignoring case): {dupes}")
         if self.allocate.floor * len(self.targets) > 1:
             raise ValueError(f"allocate.floor {self.allocate.floor} x {len(self.targets)} targets exceeds 1")
+        if self.allocate.signal == "loss":
+            remote = [p.name for p in self.targets if p.kind != "transformers"]
+            if remote:
+                raise ValueError(f"allocate.signal: loss needs local transformers targets (eval loss on the "
+                                 f"reference answers); not: {', '.join(remote)}")
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
         return self

@@ -539,6 +539,9 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
                     "elo": r.rating if r else None, "elo_ci": [r.lower, r.upper] if r else None,
                     "elo_by_subset": {name: next((x["rating"] for x in rows if x["model"] == m), None)
                                       for name, rows in subsets.items()}}
+    for v in versions:  # local targets: the loss on the reference answers too (allocate.signal loss)
+        if ctx.roster.config(v).kind == "transformers":
+            evals[v]["eval_loss"] = ctx.roster.player(v).reference_loss(ctx.eval_split)  # type: ignore[attr-defined]
     rows = [r.to_dict() for r in board]
     atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}.json", rows)
     atomic_write_text(ctx.store.root / "ratings" / f"{iter_name(k)}.md",
@@ -583,22 +586,31 @@ def category_boards(store: RunStore, cfg: FlywheelConfig, phase: str = "eval") -
 @_stage("allocate")
 def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
     """Share the next iteration's training steps and battles among the targets, from each
-    target's eval-accuracy gain per unit of compute (see flywheel/allocation.py)."""
-    accuracy: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
+    target's gain in eval accuracy (or drop in eval loss, ``allocate.signal``) per unit of
+    compute (see flywheel/allocation.py)."""
+    progress: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
     compute: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
     for i in range(k + 1):
         ev = (stage_result(ctx.store, i, "evaluate") or {}).get("eval", {})
         tr = (stage_result(ctx.store, i, "train") or {}) if i > 0 else {}
         for t in ctx.roster.targets:
-            acc = ev.get(versioned(t, i), {}).get("accuracy")
-            if acc is not None:
-                accuracy[t].append(acc)
+            value = _progress(ev.get(versioned(t, i), {}), ctx.cfg.allocate.signal)
+            if value is not None:
+                progress[t].append(value)
                 steps = tr.get(t, {}).get("steps", 0)
                 compute[t].append(steps * (_n_params(ctx, t) if ctx.cfg.allocate.compute == "params" else 1))
     previous = (stage_result(ctx.store, k - 1, "allocate") or {}).get("shares") if k > 0 else None
     alloc = allocate(ctx.cfg.allocate, ctx.roster.targets, ctx.cfg.train.steps,
-                     ctx.cfg.select.battles_per_iteration, accuracy, compute, previous)
+                     ctx.cfg.select.battles_per_iteration, progress, compute, previous)
     return alloc.to_dict()
+
+
+def _progress(evaluation: dict[str, Any], signal: str) -> float | None:
+    """A version's standing for learning rates: its accuracy, or minus its eval loss."""
+    if signal == "accuracy":
+        return evaluation.get("accuracy")
+    loss = evaluation.get("eval_loss")
+    return None if loss is None else -loss
 
 
 @functools.lru_cache(maxsize=64)

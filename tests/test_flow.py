@@ -276,7 +276,7 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
                      allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1,
-                     allocate__sharing="federated", allocate__merge_strength=0.5)
+                     allocate__sharing="federated", allocate__merge_strength=0.5, allocate__signal="loss")
     base = str(tiny_models_dir / "student")
     tree["targets"] = [{"name": "fast", "path": base, "learning_rate": 1e-2},
                        {"name": "mid", "path": base}, {"name": "slow", "path": base, "learning_rate": 1e-6}]
@@ -290,6 +290,11 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
     assert warm["shares"] == pytest.approx({"fast": 1 / 3, "mid": 1 / 3, "slow": 1 / 3}, abs=1e-5)
     assert acting["acting"] and sum(acting["shares"].values()) == pytest.approx(1.0, abs=1e-5)
     assert min(acting["shares"].values()) >= 0.1 - 1e-9 and set(acting["learning_rates"]) == {"fast", "mid", "slow"}
+    # signal loss: a learning rate is the drop of the eval loss per training step
+    loss = {t: [e["eval"][f"{t}@{e['iteration']}"]["eval_loss"] for e in summary["iterations"]] for t in ("fast", "mid", "slow")}
+    steps = {t: summary["iterations"][1]["train_steps"][t] for t in loss}
+    assert acting["learning_rates"]["fast"] == pytest.approx((loss["fast"][0] - loss["fast"][1]) / steps["fast"], rel=1e-3)
+    assert loss["fast"][1] < loss["fast"][0] and loss["slow"][1] == pytest.approx(loss["slow"][0], abs=0.05)
     for k, alloc in ((1, warm), (2, acting)):  # battles and training steps per target follow the shares
         plan = read_plan(RunStore(root), k)
         per_target = {t: sum(1 for s in plan if f"{t}@{k - 1}" in (s.model_a, s.model_b)) for t in ("fast", "mid", "slow")}

@@ -58,3 +58,26 @@ def test_registry_suggests_close_names_and_takes_module_paths():
     assert resolve("flywheel.players.hf:TransformersPlayer").__name__ == "TransformersPlayer"
     with pytest.raises(ValueError, match="no attribute"):
         resolve("flywheel.players.hf:Nope")
+
+
+def test_reference_loss_is_the_models_own_loss_on_the_answers(tiny_models_dir):
+    """The eval loss that allocation can measure learning by: per-token NLL of the reference
+    answer (and end of text) after the prompt, exactly what the model's own loss gives."""
+    import torch
+
+    from flywheel.players.hf import TransformersPlayer
+    from flywheel.records import Prompt
+
+    player = TransformersPlayer("student", str(tiny_models_dir / "student"), batch_size=2)
+    prompts = [Prompt("a", "12+7=", "add", 1, "19"), Prompt("b", "rev abc=", "rev", 1, "cba"),
+               Prompt("c", "3*4=", "mul", 1, "12"), Prompt("d", "no reference", "plain", 1, None)]
+    tok, total, n = player.tokenizer, 0.0, 0
+    for p in prompts[:3]:
+        a = tok(p.text, add_special_tokens=False).input_ids
+        b = tok(p.reference, add_special_tokens=False).input_ids + [tok.eos_token_id]
+        with torch.no_grad():
+            out = player.model(input_ids=torch.tensor([a + b]), labels=torch.tensor([[-100] * len(a) + b]))
+        total += float(out.loss) * len(b)
+        n += len(b)
+    assert player.reference_loss(prompts) == pytest.approx(total / n, rel=1e-4)
+    assert player.reference_loss(prompts[3:]) is None

@@ -68,5 +68,36 @@ class TransformersPlayer(Player):
             out += [Generation(self.name, p.id, t.strip(), None, dt) for p, t in zip(chunk, texts)]
         return out
 
+    def reference_loss(self, prompts: list[Prompt]) -> float | None:
+        """Mean per-token negative log-likelihood of the reference answers (and the end of text
+        after them, as SFT trains) given the prompts: a smooth measure of learning that moves
+        before exact-match accuracy does. Prompts without a reference are skipped (None if
+        none has one)."""
+        with LOCAL:
+            return self._reference_loss([p for p in prompts if p.reference is not None])
+
+    @torch.no_grad()
+    def _reference_loss(self, prompts: list[Prompt]) -> float | None:
+        tok, total, count = self.tokenizer, 0.0, 0
+        eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+        for start in range(0, len(prompts), self.batch_size):
+            rows = [(tok(p.text, add_special_tokens=False).input_ids,
+                     tok(str(p.reference), add_special_tokens=False).input_ids + eos) for p in prompts[start:start + self.batch_size]]
+            width = max(len(a) + len(b) for a, b in rows)
+            ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
+            labels = torch.full((len(rows), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, (a, b) in enumerate(rows):  # right padding: positions are those of training
+                ids[i, :len(a) + len(b)] = torch.tensor(a + b)
+                labels[i, len(a):len(a) + len(b)] = torch.tensor(b)
+                mask[i, :len(a) + len(b)] = 1
+            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            target = labels[:, 1:]
+            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                                    ignore_index=-100, reduction="sum")
+            total += float(nll)
+            count += int((target != -100).sum())
+        return round(total / count, 6) if count else None
+
     def close(self) -> None:
         del self.model
