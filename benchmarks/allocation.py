@@ -10,7 +10,7 @@ divided by the budget the allocator spends to reach that same accuracy (linear i
 between iterations; 0 if it never does), median over the seeds.
 
     python -m benchmarks.allocation [--seeds 0 1 2] [--iterations 4] [--steps 150] [--battles 600]
-                                    [--policy proportional] [--signal loss|accuracy]
+                                    [--policy selective|proportional|successive-halving] [--signal loss|accuracy]
 
 The stages run as plain functions (what the Prefect tasks wrap), without a Prefect server.
 """
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--steps", type=int, default=150, help="training steps per target per iteration (uniform)")
     ap.add_argument("--battles", type=int, default=600, help="battles per target per iteration (uniform)")
-    ap.add_argument("--policy", default="proportional")
+    ap.add_argument("--policy", default="selective", help="allocate.policy compared with uniform")
     ap.add_argument("--signal", default="loss", choices=["accuracy", "loss"],
                     help="what learning rates measure (allocate.signal); uniform ignores it")
     ap.add_argument("--models-dir", default="data/models")
