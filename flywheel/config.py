@@ -394,8 +394,24 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
             value = yaml.safe_load(raw) if raw != "" else ""
         except yaml.YAMLError:
             value = raw
-        out.append((key.strip(), value))
+        key = key.strip()
+        head, dot, rest = key.partition(".")
+        out.append((SECTION_ALIASES.get(head, head) + dot + rest, value))
     return out
+
+
+# Other names a section answers to, in YAML and in --set: ``bandit.policy`` is ``select.policy``.
+SECTION_ALIASES = {"bandit": "select"}
+
+
+def _resolve_aliases(tree: dict[str, Any], where: str) -> dict[str, Any]:
+    tree = dict(tree)
+    for alias, name in SECTION_ALIASES.items():
+        if alias in tree:
+            if name in tree:
+                raise ConfigError(f"{where}: '{alias}' is another name for '{name}'; give one of them")
+            tree[name] = tree.pop(alias)
+    return tree
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FlywheelConfig:
@@ -415,7 +431,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{p}: the top level must be a mapping of sections")
-        tree = loaded
+        tree = _resolve_aliases(loaded, str(p))
     if overrides:
         # Materialise defaults first so that --set can reach into default lists and sections.
         tree = _merge(FlywheelConfig().model_dump(mode="json", exclude_unset=False), tree)

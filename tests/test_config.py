@@ -78,3 +78,16 @@ def test_api_players_need_a_model_and_llm_judges_a_player():
         load_config(None, ["opponents.0.kind=openai"])
     with pytest.raises(ConfigError, match="judge"):
         load_config(None, ["judge.kind=llm"])
+
+
+def test_bandit_is_another_name_for_the_select_section(tmp_path):
+    cfg = load_config(None, ["bandit.policy=ucb", "bandit.prompt_floor=0.25"])
+    assert (cfg.select.policy, cfg.select.prompt_floor) == ("ucb", 0.25)
+    path = tmp_path / "c.yaml"
+    path.write_text("bandit:\n  policy: uniform\n")
+    assert load_config(path).select.policy == "uniform"
+    path.write_text("bandit:\n  policy: uniform\nselect:\n  policy: ucb\n")
+    with pytest.raises(ConfigError, match="'bandit' is another name for 'select'"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="select.policy"):
+        load_config(None, ["bandit.policy=greedy"])

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from datasets import load_from_disk
 from prefect.testing.utilities import prefect_test_harness
 
@@ -137,12 +138,15 @@ def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path
 
 @pytest.mark.parametrize("policy", ["uniform", "ucb"])
 def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, policy):
-    from flywheel.config import FlywheelConfig
-
+    from flywheel.config import load_config
     from tests.conftest import tiny_tree
 
-    tree = tiny_tree(tiny_models_dir, tmp_path, run__name=policy, run__iterations=1, select__policy=policy)
-    flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json"))
+    # --set bandit.policy=<policy> (the section's other name) reaches select.policy
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_tree(tiny_models_dir, tmp_path, run__name=policy, run__iterations=1)))
+    cfg = load_config(path, [f"bandit.policy={policy}"])
+    assert cfg.select.policy == policy
+    flywheel(cfg.model_dump(mode="json"))
     summary = json.loads((tmp_path / policy / "summary.json").read_text())
     assert [e["iteration"] for e in summary["iterations"]] == [0, 1]
     arms = summary["iterations"][1]["bandit"]["student"]
