@@ -151,7 +151,10 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
 @task(**TASK)
 def allocate(ctx: Context, k: int) -> dict[str, Any]:
     """Share the next iteration's compute among the targets."""
-    return pipeline.allocate_stage(ctx, k)
+    result = pipeline.allocate_stage(ctx, k)
+    if ctx.cfg.allocate.gpu_memory is not None:  # vLLM engines restart with their new memory share
+        forget_players()
+    return result
 
 
 @flow(name="flywheel", task_runner=ThreadPoolTaskRunner(max_workers=1))

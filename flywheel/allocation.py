@@ -14,6 +14,7 @@ reference answers, which moves while exact-match accuracy is still flat. Policie
 - ``selective``: only the ``top_k`` fastest train this iteration, equally.
 
 For the first ``warmup`` training iterations every policy gives equal shares (no rates yet).
+With ``gpu_memory`` set, in-process vLLM targets also get that GPU-memory fraction x their share.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ class Allocation:
     learning_rates: dict[str, float] = field(default_factory=dict)
     policy: str = "uniform"
     acting: bool = False  # False during warm-up (equal shares whatever the policy)
+    gpu_memory: dict[str, float] | None = None  # in-process vLLM engines' fraction, with allocate.gpu_memory
 
     def to_dict(self) -> dict:
         return {"policy": self.policy, "acting": self.acting, "shares": self.shares,
-                "train_steps": self.train_steps, "battles": self.battles, "learning_rates": self.learning_rates}
+                "train_steps": self.train_steps, "battles": self.battles, "learning_rates": self.learning_rates,
+                "gpu_memory": self.gpu_memory}
 
 
 def learning_rates(accuracy: dict[str, list[float]], compute: dict[str, list[float]], window: int) -> dict[str, float]:
@@ -115,4 +118,13 @@ def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, bat
         learning_rates={t: round(r, 8) for t, r in rates.items()},
         policy=cfg.policy,
         acting=acting,
+        gpu_memory=gpu_memory_shares(cfg, shares),
     )
+
+
+def gpu_memory_shares(cfg: AllocateConfig, shares: dict[str, float]) -> dict[str, float] | None:
+    """Each target's GPU-memory fraction: ``gpu_memory`` x its compute share, at least
+    ``min_gpu_memory``; None when ``allocate.gpu_memory`` is unset."""
+    if cfg.gpu_memory is None:
+        return None
+    return {t: round(max(cfg.min_gpu_memory, cfg.gpu_memory * s), 4) for t, s in shares.items()}

@@ -125,6 +125,8 @@ class PlayerConfig(Strict):
                                         "rate (default: train.learning_rate).")
     serve_lora: bool = Field(False, description="openai kind, targets: load each new version into the vLLM "
                              "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vllm kind (in-process): the fraction of "
+                                          "GPU memory the engine may use (for targets, allocate.gpu_memory overrides it).")
 
     @model_validator(mode="after")
     def _api_needs_model(self) -> PlayerConfig:
@@ -295,6 +297,11 @@ class AllocateConfig(Strict):
         "competitive", description="competitive: a target learns from its own battles; cooperative: "
         "the targets pool their winning traces; federated: each learns from its own battles, then "
         "same-architecture targets are merged, weighted by eval accuracy.")
+    gpu_memory: float | None = Field(None, gt=0, le=1, description="In-process vllm targets: the GPU-memory "
+                                     "fraction they share; each engine gets this x its compute share (unset: each "
+                                     "target's own gpu_memory_utilization).")
+    min_gpu_memory: float = Field(0.05, gt=0, le=1, description="gpu_memory: the least fraction a target's engine "
+                                  "gets (it still answers eval prompts with no training share).")
     merge_strength: float = Field(0.5, ge=0, le=1, description="federated: how far each target moves to the "
                                   "weighted average (0 = not at all, 1 = every target becomes the average).")
     merge_temperature: float = Field(0.05, gt=0, description="federated: merge weights are a softmax of eval "

@@ -9,7 +9,7 @@ from pathlib import Path
 from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.players import Player, SamplingParams, create_player
 from flywheel.records import Prompt
-from flywheel.store import RunStore
+from flywheel.store import RunStore, read_json
 from flywheel.tasks import build_suite
 
 
@@ -131,7 +131,24 @@ class Roster:
                 budget=self.budget, seed=self.cfg.run.seed)
         if not in_arena and not pc.path:
             raise ValueError(f"player {name}: kind {pc.kind} needs 'path'")
-        return create_player(pc.kind, name, path=self.path(name) if in_arena else pc.path, batch_size=pc.batch_size)
+        extra = {"gpu_memory_utilization": self.gpu_memory(name)} if pc.kind == "vllm" else {}
+        return create_player(pc.kind, name, path=self.path(name) if in_arena else pc.path, batch_size=pc.batch_size,
+                             **extra)
+
+    def gpu_memory(self, player: str) -> float:
+        """An in-process vLLM engine's GPU-memory fraction. With ``allocate.gpu_memory``, a target
+        version k gets the share of the latest allocation on disk for it (after iteration k, else
+        the one it was trained under; equal shares before any); otherwise its own setting."""
+        pc = self.config(player)
+        base, k = split_version(player)
+        alloc = self.cfg.allocate
+        if alloc.gpu_memory is None or base not in self.targets:
+            return pc.gpu_memory_utilization
+        for i in (k or 0, (k or 0) - 1):
+            got = (read_json(self.store.iter_dir(i) / "stages" / "allocate.json") or {}).get("gpu_memory") or {}
+            if i >= 0 and base in got:
+                return got[base]
+        return round(max(alloc.min_gpu_memory, alloc.gpu_memory / len(self.targets)), 4)
 
 
 def forget_players() -> None:

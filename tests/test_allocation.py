@@ -2,6 +2,7 @@
 halving, top-k), learning rates per unit of compute; curation rules and decontamination."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,3 +151,42 @@ def test_federated_merge_averages_same_architecture_checkpoints(tiny_models_dir,
     assert all(torch.equal(after["w"][k], v) for k, v in before["w"].items())
     assert all(torch.equal(load_file(str(src["s"] / "model.safetensors"))[k], v) for k, v in before["s"].items())
     AutoModelForCausalLM.from_pretrained(out["s"])  # a loadable checkpoint
+
+
+def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
+    """allocate.gpu_memory: each target's fraction is that x its compute share (floored), recorded
+    with the allocation; the roster hands a vLLM target version the fraction of the allocation on
+    disk for it when it builds the engine (a stand-in vllm module records what LLM() received)."""
+    import sys
+    import types
+
+    from flywheel.config import FlywheelConfig
+    from flywheel.store import RunStore, atomic_write_json
+    from flywheel.world import Roster, forget_players
+
+    cfg = AllocateConfig(policy="selective", warmup=1, gpu_memory=0.6)
+    alloc = allocate(cfg, T, 100, 100, ACC, STEPS)
+    assert alloc.shares == {"a": 1.0, "b": 0.0, "c": 0.0}
+    assert alloc.gpu_memory == {"a": 0.6, "b": 0.05, "c": 0.05} and alloc.to_dict()["gpu_memory"] == alloc.gpu_memory
+    assert allocate(AllocateConfig(), T, 100, 100, ACC, STEPS).gpu_memory is None
+
+    seen = []
+
+    class LLM:
+        def __init__(self, model, gpu_memory_utilization):
+            seen.append((Path(model).name, gpu_memory_utilization))
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
+    tree = {"targets": [{"name": "a", "kind": "vllm", "path": "/w/a"}, {"name": "b"}],
+            "allocate": {"policy": "selective", "gpu_memory": 0.6}}
+    store = RunStore(tmp_path)
+    atomic_write_json(store.iter_dir(1) / "stages" / "allocate.json", {"gpu_memory": {"a": 0.45, "b": 0.15}})
+    roster = Roster(FlywheelConfig.model_validate(tree), store)
+    roster.player("a@0")  # before any allocation: an equal share
+    roster.player("a@1")  # after iteration 1
+    roster.player("a@2")  # iteration 2's allocation is not written yet: the one it was trained under
+    tree["allocate"] = {}
+    tree["targets"][0]["gpu_memory_utilization"] = 0.7
+    Roster(FlywheelConfig.model_validate(tree), store).player("a@3")  # no allocate.gpu_memory: its own
+    forget_players()
+    assert seen == [("a", 0.3), ("a@1", 0.45), ("a@2", 0.45), ("a@3", 0.7)]
