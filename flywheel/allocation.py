@@ -3,7 +3,8 @@
 A target's *learning rate* is its eval-accuracy gain per unit of compute over the last
 ``window`` iterations: (acc[k] - acc[k-window]) / compute spent in between (training steps, or
 steps x parameters). With ``signal: loss`` the same is computed on minus the eval loss of the
-reference answers, which moves while exact-match accuracy is still flat. Policies turn the rates into shares of the total training steps and battles:
+reference answers, which moves while exact-match accuracy is still flat. Policies turn the rates
+into shares of the total training steps and battles:
 
 - ``uniform``: equal shares (the rates are still recorded);
 - ``proportional``: share ~ max(rate, 0), smoothed against the previous share

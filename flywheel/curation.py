@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.config import CurateConfig
 from flywheel.records import Battle, DPOPair, Judgment, SFTExample
-from flywheel.store import atomic_write_text
+from flywheel.store import atomic_write_dir, atomic_write_text
 from flywheel.world import split_version
 
 SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
@@ -86,17 +85,16 @@ def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: 
     types = {"iteration": Value("int64")}
     features = Features({c: types.get(c, Value("string")) for c in columns})
     data = {c: [getattr(r, c) for r in rows] for c in columns}
-    tmp = out.parent / f".tmp-{out.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    Dataset.from_dict(data, features=features).save_to_disk(str(tmp))
-    if not rows:
-        _write_empty_shard(tmp, features)
-    atomic_write_text(tmp / "README.md", card)
-    if lineage is not None:
-        atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns}, indent=2))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+
+    def fill(tmp: Path) -> None:
+        Dataset.from_dict(data, features=features).save_to_disk(str(tmp))
+        if not rows:
+            _write_empty_shard(tmp, features)
+        atomic_write_text(tmp / "README.md", card)
+        if lineage is not None:
+            atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns}, indent=2))
+
+    atomic_write_dir(out, fill)
     return len(rows)
 
 

@@ -17,6 +17,8 @@ import math
 import shutil
 from pathlib import Path
 
+from flywheel.store import atomic_write_dir
+
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
 
 
@@ -62,7 +64,7 @@ def merge_group(sources: dict[str, Path], weights: dict[str, float], strength: f
 
     names = list(sources)
     if len(names) == 1:  # nothing shares its architecture: the version stays as trained
-        _replace(outputs[names[0]], lambda tmp: shutil.copytree(sources[names[0]], tmp))
+        atomic_write_dir(outputs[names[0]], lambda tmp: shutil.copytree(sources[names[0]], tmp))
         return
     tensors = {t: load_file(str(weight_file(sources[t]))) for t in names}
     merged = {key: sum(weights[t] * tensors[t][key].to(torch.float64) for t in names) for key in tensors[names[0]]}
@@ -75,14 +77,4 @@ def merge_group(sources: dict[str, Path], weights: dict[str, float], strength: f
             shutil.copytree(sources[t], tmp)
             save_file(out, str(tmp / weight_file(sources[t]).name), metadata={"format": "pt"})
 
-        _replace(outputs[t], write)
-
-
-def _replace(dest: Path, fill) -> None:
-    """Build ``dest`` in a temporary sibling with ``fill(tmp)``, then swap it in."""
-    tmp = dest.parent / f".tmp-{dest.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    fill(tmp)
-    if dest.exists():
-        shutil.rmtree(dest)
-    tmp.rename(dest)
+        atomic_write_dir(outputs[t], write)

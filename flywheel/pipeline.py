@@ -136,12 +136,8 @@ def _manifest(ctx: Context) -> dict[str, Any]:
 
 
 # -- stage bookkeeping --------------------------------------------------------------------------
-def _result_path(store: RunStore, k: int, stage: str) -> Path:
-    return store.iter_dir(k) / "stages" / f"{stage}.json"
-
-
 def stage_result(store: RunStore, k: int, stage: str) -> dict[str, Any] | None:
-    return read_json(_result_path(store, k, stage))
+    return read_json(store.stage_path(k, stage))
 
 
 def _stage(base: str, per_round: bool = False) -> Callable:
@@ -157,7 +153,7 @@ def _stage(base: str, per_round: bool = False) -> Callable:
                 return done
             t0 = time.perf_counter()
             result = fn(ctx, k, *args)
-            atomic_write_json(_result_path(ctx.store, k, name), result)
+            atomic_write_json(ctx.store.stage_path(k, name), result)
             manifest = read_json(ctx.store.root / "manifest.json", {})
             manifest.setdefault("timings", {})[f"{iter_name(k)}/{name}"] = round(time.perf_counter() - t0, 3)
             atomic_write_json(ctx.store.root / "manifest.json", manifest)
@@ -491,7 +487,7 @@ def _launch_training(ctx: Context, k: int, t: str, steps: int) -> dict[str, Any]
 
     import torch
 
-    result = ctx.store.iter_dir(k) / "stages" / f"train-{t}.json"
+    result = ctx.store.stage_path(k, f"train-{t}")
     if result.exists():
         return read_json(result)
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")

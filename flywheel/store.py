@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,18 +66,27 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def save_checkpoint(model, tokenizer, out: Path) -> None:
-    """``save_pretrained`` a model and its tokenizer atomically: a temporary directory, then a rename."""
+def atomic_write_dir(out: Path, fill: Callable[[Path], None]) -> None:
+    """Build the directory ``out`` with ``fill(tmp)`` in a temporary sibling, then swap it in."""
     import shutil
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".tmp-{out.name}"
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    fill(tmp)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
+
+
+def save_checkpoint(model, tokenizer, out: Path) -> None:
+    """``save_pretrained`` a model and its tokenizer atomically: a temporary directory, then a rename."""
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    atomic_write_dir(out, fill)
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -129,6 +138,10 @@ class RunStore:
     # -- paths -----------------------------------------------------------------------------
     def iter_dir(self, k: int) -> Path:
         return self.root / iter_name(k)
+
+    def stage_path(self, k: int, stage: str) -> Path:
+        """Where iteration ``k``'s finished stage keeps its result."""
+        return self.iter_dir(k) / "stages" / f"{stage}.json"
 
     def model_dir(self, versioned_name: str) -> Path:
         return self.root / "models" / versioned_name

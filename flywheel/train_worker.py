@@ -15,7 +15,7 @@ def main(argv: list[str]) -> None:
     ctx = worker_context(run_dir)
     result = train_target(ctx, k, target, steps)
     if is_main_process():
-        atomic_write_json(ctx.store.iter_dir(k) / "stages" / f"train-{target}.json", result)
+        atomic_write_json(ctx.store.stage_path(k, f"train-{target}"), result)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flywheel.allocation import equal, gpu_memory_shares
 from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.players import Player, SamplingParams, create_player
 from flywheel.records import Prompt
@@ -144,11 +145,11 @@ class Roster:
         alloc = self.cfg.allocate
         if alloc.gpu_memory is None or base not in self.targets:
             return pc.gpu_memory_utilization
-        for i in (k or 0, (k or 0) - 1):
-            got = (read_json(self.store.iter_dir(i) / "stages" / "allocate.json") or {}).get("gpu_memory") or {}
-            if i >= 0 and base in got:
+        for i in [i for i in (k or 0, (k or 0) - 1) if i >= 0]:
+            got = (read_json(self.store.stage_path(i, "allocate")) or {}).get("gpu_memory") or {}
+            if base in got:
                 return got[base]
-        return round(max(alloc.min_gpu_memory, alloc.gpu_memory / len(self.targets)), 4)
+        return gpu_memory_shares(alloc, equal(self.targets))[base]
 
 
 def forget_players() -> None:
