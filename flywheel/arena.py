@@ -40,7 +40,8 @@ def generate_cached(
     Failed generations are returned (with their error) but never cached. Usage goes to usage.jsonl."""
     params = roster.params(player)
     ident = roster.identity(player)
-    key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature, params.seed) for p in prompts}
+    key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
+           for p in prompts}
     cache = store.generations.data
     out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
     todo = list({p.id: p for p in prompts if p.id not in out}.values())
@@ -56,8 +57,8 @@ def generate_cached(
     if prompts:
         after = _usage(player_obj)
         row = {"iteration": iteration, "phase": phase, "player": player,
-               "worker": f"{socket.gethostname()}:{os.getpid()}",  # mapped shards run on any process "generated": len(todo),
-               "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
+               "worker": f"{socket.gethostname()}:{os.getpid()}",  # mapped shards run on any process
+               "generated": len(todo), "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
         store.append_jsonl("usage.jsonl", row)
         log.info("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])

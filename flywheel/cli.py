@@ -10,26 +10,25 @@ from typing import Annotated, Optional
 
 import typer
 
-# Offline and quiet by default; the environment can still override each of these.
-for _key, _value in {
+from flywheel import reports
+from flywheel.config import ConfigError, load_config
+from flywheel.store import RunLockedError, read_json
+from flywheel.world import local_model_problems
+
+# Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
+# still override each of them. Offline mode is not forced here (a hub model id in `path:` must
+# work): the Makefile and the tests set HF_HUB_OFFLINE themselves.
+QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel",
     # The temporary local Prefect server may start slowly on a busy 2-core machine (default 20 s).
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
     "DO_NOT_TRACK": "1",
-}.items():
-    os.environ.setdefault(_key, _value)
-
-from flywheel import reports  # noqa: E402
-from flywheel.config import ConfigError, load_config  # noqa: E402
-from flywheel.store import RunLockedError, read_json  # noqa: E402
+}
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Bandit-driven Arena Learning flywheel.")
 
@@ -52,6 +51,9 @@ def run(
         fail(str(e))
     if resume is not None and not (resume / "config.yaml").is_file():
         fail(f"--resume {resume}: not a run directory (no config.yaml)")
+    missing = local_model_problems(cfg) if resume is None else []
+    if missing:
+        fail("; ".join(missing))
     if resume is None and cfg.world.prompt_pools:
         from flywheel.world import world_pools
 
@@ -458,7 +460,46 @@ def data_ingest(
         typer.echo(f"wrote {len(prompts)} prompts to {out}")
 
 
+models_app = typer.Typer(no_args_is_help=True, help="Real models made usable offline (GGUF to a checkpoint).")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("add")
+def models_add(
+    name: Annotated[str, typer.Argument(help="A known model (smollm2), or the name to save --gguf under.")],
+    gguf: Annotated[Optional[Path], typer.Option("--gguf", help="Convert this GGUF file instead.")] = None,
+    models_dir: Annotated[Path, typer.Option("--models-dir", help="Where checkpoints live.")] = Path("data/models"),
+    force: Annotated[bool, typer.Option(help="Convert again even if it is there.")] = False,
+) -> None:
+    """Convert a GGUF model into a standard checkpoint (safetensors, tokenizer, chat template)."""
+    import logging
+
+    from flywheel.realmodels import ModelSourceError, add_model
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        out = add_model(name, models_dir, gguf, force)
+    except ModelSourceError as e:
+        fail(str(e), 1)
+    typer.echo(f"{name}: {out} (use it as a player: path: {out})")
+
+
+@models_app.command("ls")
+def models_ls() -> None:
+    """The known models and where their GGUF files are (or how to install them)."""
+    from flywheel.realmodels import KNOWN, ModelSourceError, known_gguf
+
+    for name, src in sorted(KNOWN.items()):
+        try:
+            where = str(known_gguf(name))
+        except ModelSourceError:
+            where = f"not installed: {src.install}"
+        typer.echo(f"{name}  {src.description}  [{src.license}]\n    {where}")
+
+
 def main() -> None:
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
     try:
         app()
     except KeyboardInterrupt:

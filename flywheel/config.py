@@ -107,13 +107,25 @@ class PlayerConfig(Strict):
                              "base); default world.models_dir/<name>.")
     max_new_tokens: int = Field(12, ge=1, description="Generation length limit.")
     batch_size: int = Field(256, ge=1, description="Prompts per generate() call (local players).")
-    temperature: float = Field(0.0, ge=0, description="0 means greedy decoding.")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature; unset or 0: greedy for "
+                                      "local players, and no temperature is sent to an API (its default).")
+    chat: Literal["auto", "on", "off"] = Field(
+        "auto", description="Local players (transformers, vllm): ask through the tokenizer's chat template. auto: "
+        "when the tokenizer has one (else raw text, noted in the log); on: a model without one is an error; "
+        "off: raw text. API players always chat.")
+    device: str = Field("auto", description="Local players: torch device (auto: cuda when available, else cpu).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Local players: weights dtype (auto: bfloat16 on a GPU that supports it, else float32).")
+    stop: list[str] = Field([], description="Stop strings: generation ends at the first (not included).")
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
+        "max_completion_tokens", description="openai kind: the length field sent (old servers need max_tokens).")
     # API players (openai, anthropic)
     model: str | None = Field(None, description="Model name at the API (required for openai and anthropic).")
     base_urls: list[str] = Field([], description="Endpoints, balanced round-robin; empty = the vendor's API.")
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key. "
                                     "The key itself never appears in a config.")
-    system_prompt: str | None = Field(None, description="Optional system prompt.")
+    system_prompt: str | None = Field(None, description="Optional system prompt (local chat players and APIs; a "
+                                      "chat target's training data carries it too).")
     max_concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
     timeout_s: float = Field(60.0, gt=0, description="Per-request timeout.")
     max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and malformed bodies.")
@@ -127,6 +139,12 @@ class PlayerConfig(Strict):
                              "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vllm kind (in-process): the fraction of "
                                           "GPU memory the engine may use (for targets, allocate.gpu_memory overrides it).")
+
+    @field_validator("chat", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v: Any) -> Any:
+        """YAML reads a bare on / off as a boolean."""
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
     @model_validator(mode="after")
     def _api_needs_model(self) -> PlayerConfig:
@@ -169,6 +187,10 @@ class VerifierConfig(Strict):
                                 "unset = the reference is the regex.")
     function: str | None = Field(None, description="callable: 'module:function' of (response, reference) "
                                  "-> bool or score in [0, 1].")
+    extract: Literal["none", "final"] = Field(
+        "none", description="What is checked: the whole response (none), or the final answer a chatty model states "
+        "in it (final: \\boxed{x}, 'the answer is x', the last '= x', else the whole response). The raw response "
+        "stays in the battle log.")
 
     @field_validator("pattern")
     @classmethod
@@ -243,7 +265,7 @@ class RatingConfig(Strict):
 class CurateConfig(Strict):
     include_target_wins: bool = Field(False, description="Also SFT on the target's own wins.")
     dedup: bool = Field(True, description="One example per prompt text per iteration.")
-    max_completion_chars: int = Field(64, ge=1, description="Drop longer completions.")
+    max_completion_chars: int = Field(8192, ge=1, description="Drop longer completions.")
     min_completion_chars: int = Field(1, ge=1, description="Drop shorter completions.")
     min_margin: float = Field(0.0, ge=0, description="Drop decisive verdicts weaker than this (judge margin: "
                               "1 better, 2 much better; a verifier's score difference).")
@@ -262,6 +284,31 @@ class TrainConfig(Strict):
         "inline", description="inline: train in the flow's process; accelerate: `accelerate launch` one "
         "training process per device (multi-GPU data parallel; --cpu where there is no GPU).")
     num_processes: int = Field(1, ge=1, description="accelerate: processes (devices) per training run.")
+    max_length: int | None = Field(None, ge=8, description="Longest training sequence in tokens (prompt + answer); "
+                                   "unset: the model's context length, at most 1024.")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="Mixed precision: auto is bf16 where the hardware supports it (CUDA), else fp32.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype the weights are loaded in for training (float32 master weights suit mixed "
+        "precision).")
+    sft_args: dict[str, Any] = Field({}, description="Extra trl.SFTConfig fields (override the ones built here), "
+                                     "e.g. {gradient_accumulation_steps: 4}.")
+    dpo_args: dict[str, Any] = Field({}, description="Extra trl.DPOConfig fields, e.g. {loss_type: ipo}.")
+
+    @field_validator("sft_args", "dpo_args")
+    @classmethod
+    def _trl_fields(cls, v: dict[str, Any], info) -> dict[str, Any]:
+        if v:
+            import dataclasses
+
+            import trl
+
+            known = {f.name for f in dataclasses.fields(trl.SFTConfig if info.field_name == "sft_args" else trl.DPOConfig)}
+            unknown = sorted(set(v) - known)
+            if unknown:
+                name = "SFTConfig" if info.field_name == "sft_args" else "DPOConfig"
+                raise ValueError(f"not fields of trl.{name}: {unknown}")
+        return v
 
 
 class EvaluateConfig(Strict):

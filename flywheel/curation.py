@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.chat import messages
 from flywheel.config import CurateConfig
 from flywheel.records import Battle, DPOPair, Judgment, SFTExample
 from flywheel.store import atomic_write_dir, atomic_write_text
@@ -77,14 +78,36 @@ def curate(
     return Curated(sft, dpo, dropped)
 
 
-def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: dict | None = None) -> int:
+TEXT_COLUMNS = ("prompt", "completion", "chosen", "rejected")
+
+
+def conversational(rows: list, columns: list[str], systems: dict[str, str | None]) -> dict[str, list]:
+    """The columns of ``rows`` in TRL's conversational format: ``prompt`` is the conversation that
+    asks it (the row's target's system prompt, then the user turn), ``completion`` / ``chosen`` /
+    ``rejected`` are one assistant turn each."""
+    data = {c: [getattr(r, c) for r in rows] for c in columns}
+    data["prompt"] = [messages(r.prompt, systems.get(r.target)) for r in rows]
+    for c in TEXT_COLUMNS[1:]:
+        if c in data:
+            data[c] = [[{"role": "assistant", "content": x}] for x in data[c]]
+    return data
+
+
+def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: dict | None = None,
+                 systems: dict[str, str | None] | None = None) -> int:
     """Write ``rows`` as an HF dataset (``save_to_disk``) plus a README card and its lineage
-    (``manifest.json``), atomically."""
+    (``manifest.json``), atomically. With ``systems`` (target -> its system prompt, for chat
+    targets) the rows are conversational (see ``conversational``); else plain text."""
     from datasets import Dataset, Features, Value
 
-    types = {"iteration": Value("int64")}
+    types: dict = {"iteration": Value("int64")}
+    if systems is not None:
+        turn = {"role": Value("string"), "content": Value("string")}
+        types.update({c: [turn] for c in TEXT_COLUMNS})
+        data = conversational(rows, columns, systems)
+    else:
+        data = {c: [getattr(r, c) for r in rows] for c in columns}
     features = Features({c: types.get(c, Value("string")) for c in columns})
-    data = {c: [getattr(r, c) for r in rows] for c in columns}
 
     def fill(tmp: Path) -> None:
         Dataset.from_dict(data, features=features).save_to_disk(str(tmp))
@@ -92,7 +115,9 @@ def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: 
             _write_empty_shard(tmp, features)
         atomic_write_text(tmp / "README.md", card)
         if lineage is not None:
-            atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns}, indent=2))
+            atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns,
+                                                                "format": "conversational" if systems is not None
+                                                                else "text"}, indent=2))
 
     atomic_write_dir(out, fill)
     return len(rows)
@@ -112,7 +137,7 @@ def _write_empty_shard(folder: Path, features) -> None:
 
 
 def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int],
-                 players: dict[str, list[str]] | None = None) -> str:
+                 players: dict[str, list[str]] | None = None, chat: bool = False) -> str:
     sources: dict[str, int] = {}
     categories: dict[str, int] = {}
     for r in rows:
@@ -127,6 +152,7 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
     return (
         f"# {kind.upper()} data, iteration {iteration}\n\n"
         f"- rows: {len(rows)}\n- rule: {rule}\n- judge: {judge}\n"
+        f"- format: {'conversational (TRL: lists of role/content turns)' if chat else 'text'}\n"
         + "".join(f"- {role}: {', '.join(names)}\n" for role, names in (players or {}).items())
         + f"- filters: {json.dumps(cfg.model_dump())}\n- dropped: {json.dumps(dropped)}\n"
         f"- sources: {json.dumps(dict(sorted(sources.items())))}\n"

@@ -14,6 +14,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from flywheel.chat import as_text
+
+TEXT_COLUMNS = ("prompt", "completion", "chosen", "rejected")  # strings, or conversations (chat targets)
+
 EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca")
 
 
@@ -113,7 +117,7 @@ def stats(path: Path) -> dict[str, Any]:
         return out
     text_cols = [c for c in ("prompt", "completion", "chosen", "rejected", "response_a", "response_b")
                  if c in rows[0]]
-    out["lengths"] = {c: _lengths([r[c] for r in rows]) for c in text_cols}
+    out["lengths"] = {c: _lengths([as_text(r[c]) for r in rows]) for c in text_cols}
     for key, col in (("categories", "category"), ("sources", "source_model"), ("sources", "chosen_model"),
                      ("targets", "target"), ("winners", "winner"), ("judges", "judge")):
         if col in rows[0]:
@@ -141,6 +145,7 @@ def convert(row: dict[str, Any], fmt: str) -> dict[str, Any]:
         return row
     if "prompt" not in row or not ({"completion"} <= row.keys() or {"chosen", "rejected"} <= row.keys()):
         raise ValueError(f"format {fmt} needs SFT rows (prompt, completion) or DPO rows (prompt, chosen, rejected)")
+    row = {**row, **{c: as_text(row[c]) for c in TEXT_COLUMNS if c in row}}  # conversational rows too
     if fmt == "alpaca":
         if "completion" in row:
             return {"instruction": row["prompt"], "input": "", "output": row["completion"]}

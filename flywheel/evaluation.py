@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flywheel.records import Prompt, stable_id
 from judges.verifier import normalize
+
+Correct = Callable[[str | None, Prompt], bool]
 
 SUBSET_RULES = {
     "diverse": "half of the eval prompts of every category x level cell (stratified, fixed by hash)",
@@ -17,16 +21,19 @@ def is_correct(response: str | None, p: Prompt) -> bool:
     return response is not None and normalize(response) == normalize(p.reference or "")
 
 
-def accuracy(responses: dict[str, str], prompts: list[Prompt]) -> tuple[float, dict[str, float]]:
-    """Overall and per-category exact-match accuracy of ``responses`` (by prompt id)."""
+def accuracy(responses: dict[str, str], prompts: list[Prompt], correct: Correct = is_correct
+             ) -> tuple[float, dict[str, float]]:
+    """Overall and per-category accuracy of ``responses`` (by prompt id): exact match, or the
+    run's verifier check (``correct``)."""
     by_cat: dict[str, list[bool]] = {}
     for p in prompts:
-        by_cat.setdefault(p.category, []).append(is_correct(responses.get(p.id), p))
+        by_cat.setdefault(p.category, []).append(correct(responses.get(p.id), p))
     total = [x for v in by_cat.values() for x in v]
     return round(sum(total) / len(total), 4), {c: round(sum(v) / len(v), 4) for c, v in sorted(by_cat.items())}
 
 
-def eval_subsets(eval_split: list[Prompt], reference_answers: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+def eval_subsets(eval_split: list[Prompt], reference_answers: dict[str, dict[str, str]],
+                 correct: Correct = is_correct) -> dict[str, list[str]]:
     """Prompt ids of the ``diverse``, ``hard`` and ``mix`` subsets (see ``SUBSET_RULES``).
 
     ``reference_answers`` maps each reference model to its answers by prompt id."""
@@ -39,7 +46,7 @@ def eval_subsets(eval_split: list[Prompt], reference_answers: dict[str, dict[str
         diverse += [p.id for p in ranked[: max(1, len(ranked) // 2)]]
 
     def hardness(p: Prompt) -> tuple:
-        right = [is_correct(ans.get(p.id), p) for ans in reference_answers.values()]
+        right = [correct(ans.get(p.id), p) for ans in reference_answers.values()]
         mean = sum(right) / len(right) if right else 0.0
         return (-(1 - mean), -(mean * (1 - mean)), -p.level, p.id)
 

@@ -66,6 +66,15 @@ class Context:
         return build_judge(self.cfg.judge, self.roster, self.store.judge_outputs if self.cfg.judge.cache else None)
 
     @functools.cached_property
+    def correct(self) -> Callable[[str | None, Prompt], bool]:
+        """Whether a response answers a prompt: the configured verifier's check (with its
+        final-answer extraction), which eval accuracy and the eval subsets use."""
+        from judges.build import build_verifier
+
+        verifier = build_verifier(self.cfg.judge.verifier)
+        return lambda response, prompt: verifier.correct(response, prompt.reference)
+
+    @functools.cached_property
     def pool_by_cell(self) -> dict[str, list[Prompt]]:
         cells: dict[str, list[Prompt]] = {}
         for p in self.train_pool:
@@ -397,10 +406,15 @@ def curate_stage(ctx: Context, k: int) -> dict[str, Any]:
         "battles": len(battles), "curate": ctx.cfg.curate.model_dump(), "dropped": cur.dropped,
         "eval_split_hash": stable_id(*sorted(eval_texts)), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    n_sft = save_dataset(cur.sft, SFT_COLUMNS, d / "sft", dataset_card("sft", k, cur.sft, ctx.judge.name, ctx.cfg.curate, cur.dropped, players),
-                         {"kind": "sft", **lineage})
-    n_dpo = save_dataset(cur.dpo, DPO_COLUMNS, d / "dpo", dataset_card("dpo", k, cur.dpo, ctx.judge.name, ctx.cfg.curate, cur.dropped, players),
-                         {"kind": "dpo", **lineage})
+    # Chat targets are trained in conversations: the datasets are conversational when any target chats.
+    chat = any(ctx.roster.is_chat(t) for t in ctx.roster.targets)
+    systems = {t: ctx.roster.config(t).system_prompt for t in ctx.roster.targets} if chat else None
+    n_sft = save_dataset(cur.sft, SFT_COLUMNS, d / "sft", dataset_card("sft", k, cur.sft, ctx.judge.name, ctx.cfg.curate,
+                                                                        cur.dropped, players, chat),
+                         {"kind": "sft", **lineage}, systems)
+    n_dpo = save_dataset(cur.dpo, DPO_COLUMNS, d / "dpo", dataset_card("dpo", k, cur.dpo, ctx.judge.name, ctx.cfg.curate,
+                                                                        cur.dropped, players, chat),
+                         {"kind": "dpo", **lineage}, systems)
     return {"sft_examples": n_sft, "dpo_pairs": n_dpo, "dropped": cur.dropped}
 
 
@@ -412,8 +426,24 @@ def _training_data(ctx: Context, k: int, kind: str, target: str):
     parts = [load_from_disk(str(ctx.store.iter_dir(i) / kind), keep_in_memory=True) for i in iters]
     if ctx.cfg.allocate.sharing != "cooperative":  # cooperative: every target's winning traces
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
-    parts = [p for p in parts if len(p)]
+    parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
     return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+
+
+def shape_for(data, chat: bool, system: str | None):
+    """Rows of either format as the target reads them: conversations asked with its own system
+    prompt (a chat target; pooled rows may come from another target's battles), or plain text."""
+    from flywheel.chat import as_text, messages
+
+    def row(r: dict) -> dict:
+        out = {"prompt": messages(as_text(r["prompt"]), system) if chat else as_text(r["prompt"])}
+        for c in ("completion", "chosen", "rejected"):
+            if c in r:
+                out[c] = [{"role": "assistant", "content": as_text(r[c])}] if chat else as_text(r[c])
+        return out
+
+    cols = [c for c in ("prompt", "completion", "chosen", "rejected") if c in data.column_names]
+    return data.select_columns(cols).map(row, remove_columns=cols, keep_in_memory=True)
 
 
 @_stage("train")
@@ -485,17 +515,19 @@ def _launch_training(ctx: Context, k: int, t: str, steps: int) -> dict[str, Any]
     import subprocess
     import sys
 
-    import torch
-
     result = ctx.store.stage_path(k, f"train-{t}")
     if result.exists():
         return read_json(result)
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
+    from flywheel.training import Hardware, precision
+
+    hw = Hardware.detect()
+    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(precision(ctx.cfg.train, hw), "no")
     cmd = [accelerate, "launch", "--num_processes", str(ctx.cfg.train.num_processes), "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no"]
-    cmd += [] if torch.cuda.is_available() else ["--cpu"]
+           "--mixed_precision", mixed, "--dynamo_backend", "no"]
+    cmd += [] if hw.cuda else ["--cpu"]
     cmd += ["-m", "flywheel.train_worker", str(ctx.store.root), str(k), t, str(steps)]
     log.info("training %s@%d: %s", t, k, " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -529,7 +561,7 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     subsets = _subset_boards(ctx, k, {m: responses.get(m, {}) for m in ctx.roster.opponents})
     evals: dict[str, Any] = {}
     for m in versions + ctx.roster.opponents:
-        acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split)
+        acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split, ctx.correct)
         r = by_model.get(m)
         evals[m] = {"accuracy": acc, "accuracy_by_category": by_cat,
                     "elo": r.rating if r else None, "elo_ci": [r.lower, r.upper] if r else None,
@@ -554,7 +586,7 @@ def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, 
     path = ctx.store.root / "ratings" / "eval-subsets.json"
     subsets = read_json(path)
     if subsets is None:
-        subsets = {"rules": SUBSET_RULES, "prompt_ids": eval_subsets(ctx.eval_split, reference_answers)}
+        subsets = {"rules": SUBSET_RULES, "prompt_ids": eval_subsets(ctx.eval_split, reference_answers, ctx.correct)}
         atomic_write_json(path, subsets)
     every = rated_battles(ctx.store, None, "eval")
     rc = ctx.cfg.rating

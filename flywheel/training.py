@@ -26,7 +26,42 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _common_args(cfg: TrainConfig, steps: int, seed: int, out: str) -> dict:
+@dataclass(frozen=True)
+class Hardware:
+    """What the training process runs on (``detect()``), so the arguments can be built and
+    tested for any machine."""
+
+    cuda: bool
+    bf16: bool
+
+    @staticmethod
+    def detect() -> Hardware:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return Hardware(cuda, cuda and torch.cuda.is_bf16_supported())
+
+
+def precision(cfg: TrainConfig, hw: Hardware) -> str:
+    """``bf16``, ``fp16`` or ``fp32``: ``train.precision``, where ``auto`` is bf16 wherever the
+    hardware supports it and fp32 elsewhere (the CPU)."""
+    if cfg.precision != "auto":
+        return cfg.precision
+    return "bf16" if hw.bf16 else "fp32"
+
+
+def max_length(cfg: TrainConfig, model) -> int:
+    """``train.max_length``, else the model's context length capped at 1024 tokens."""
+    if cfg.max_length is not None:
+        return cfg.max_length
+    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    return min(int(context or 1024), 1024)
+
+
+def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int, hw: Hardware) -> dict:
+    """The fields shared by ``SFTConfig`` and ``DPOConfig``. Nothing here names a device: the
+    Trainer (or ``accelerate launch``) places the model where the hardware is."""
+    mode = precision(cfg, hw)
     return dict(
         output_dir=out,
         max_steps=steps,
@@ -37,13 +72,13 @@ def _common_args(cfg: TrainConfig, steps: int, seed: int, out: str) -> dict:
         logging_steps=max(1, steps // 5),
         save_strategy="no",
         report_to=[],
-        use_cpu=True,
-        bf16=False,
+        bf16=mode == "bf16",
+        fp16=mode == "fp16",
         seed=seed,
         data_seed=seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
-        max_length=64,
+        max_length=length,
     )
 
 
@@ -65,10 +100,12 @@ def train_version(
     can load it; ``adapter`` continues training an earlier version's adapter on top of ``base``.
     With no steps or no data the new version is a copy (the version still advances, so every
     iteration has one version per target)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, cfg.dtype))
+    hw, length = Hardware.detect(), max_length(cfg, model)
     if adapter is not None:
         from peft import PeftModel
 
@@ -77,7 +114,7 @@ def train_version(
         from peft import get_peft_model
 
         model = get_peft_model(model, _peft_config(cfg.model_copy(update={"lora": True})))
-    plan = []
+    plan: list = []
     if cfg.method in ("sft", "sft+dpo") and sft_data is not None and len(sft_data):
         plan.append(("sft", sft_data))
     if cfg.method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
@@ -95,13 +132,15 @@ def train_version(
             if kind == "sft":
                 from trl import SFTConfig, SFTTrainer
 
-                args = SFTConfig(**_common_args(cfg, per_stage, seed, scratch), completion_only_loss=True, packing=False)
+                args = SFTConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw),
+                                    "completion_only_loss": True, "packing": False, **cfg.sft_args})
                 trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
                                      processing_class=tokenizer, peft_config=peft)
             else:
                 from trl import DPOConfig, DPOTrainer
 
-                args = DPOConfig(**_common_args(cfg, per_stage, seed, scratch), beta=cfg.dpo_beta)
+                args = DPOConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw), "beta": cfg.dpo_beta,
+                                    **cfg.dpo_args})
                 trainer = DPOTrainer(model=model, args=args,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
                                      processing_class=tokenizer, peft_config=peft)

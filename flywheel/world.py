@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flywheel.allocation import equal, gpu_memory_shares
+from flywheel.chat import template_hash, template_of, uses_chat
 from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.players import Player, SamplingParams, create_player
-from flywheel.records import Prompt
+from flywheel.records import Prompt, stable_id
 from flywheel.store import RunStore, read_json
 from flywheel.tasks import build_suite
 
@@ -41,6 +42,30 @@ def world_pools(world: WorldConfig) -> tuple[list[Prompt], list[Prompt]]:
             raise ValueError(f"prompt pool {pool.path}: {bad_rows_message(got.bad)}")
         train += got.prompts
     return train, evals
+
+
+def local_model_problems(cfg: FlywheelConfig) -> list[str]:
+    """One line per local player (transformers, vllm; judges too) that cannot load as configured:
+    a ``path`` naming a local directory that does not exist, or ``chat: on`` for a checkpoint
+    without a chat template. A hub id (``org/name``, exactly one slash) is left to the loader;
+    the embedded world's own models are built by the run (``flywheel bootstrap``)."""
+    from flywheel.realmodels import KNOWN
+
+    players = cfg.targets + cfg.opponents + ([cfg.judge.player] if cfg.judge.player else []) + cfg.judge.panel
+    out = []
+    for pc in players:
+        if pc.kind not in ("transformers", "vllm") or not pc.path:
+            continue
+        path = Path(pc.path)
+        if not path.exists():
+            if pc.path.count("/") == 1 and not pc.path.startswith((".", "/", "~")):
+                continue  # org/name on the hub
+            hint = f" (make it: flywheel models add {path.name})" if path.name in KNOWN else ""
+            out.append(f"player {pc.name}: path {pc.path} does not exist{hint}")
+        elif pc.chat == "on" and template_of(path) is None:
+            out.append(f"player {pc.name}: chat is 'on' but {pc.path} has no chat template "
+                       "(set chat: auto to ask it in raw text)")
+    return out
 
 
 def versioned(name: str, k: int) -> str:
@@ -92,12 +117,30 @@ class Roster:
         return pc.path or str(Path(self.cfg.world.models_dir) / base)
 
     def identity(self, player: str) -> str:
-        """What the player's answers depend on, for the generation cache: its weights, or for an
-        API player its model and endpoints (a served target version is its own LoRA model)."""
+        """What the player's answers depend on, for the generation cache: its weights (and how it
+        is asked: chat template, system prompt, stop strings), or for an API player its model,
+        endpoints, system prompt and stop strings (a served target version is its own LoRA model)."""
         pc = self.config(player)
         if pc.kind in ("openai", "anthropic"):
-            return f"{pc.kind}:{self.api_model(player)}@{','.join(pc.base_urls)}"
-        return f"{pc.kind}:{self.path(player)}"
+            base = f"{pc.kind}:{self.api_model(player)}@{','.join(pc.base_urls)}"
+        else:
+            base = f"{pc.kind}:{self.path(player)}"
+            if self.is_chat(player):
+                base += f"|chat:{template_hash(template_of(self.path(player)))}"
+        if pc.system_prompt:
+            base += f"|system:{stable_id(pc.system_prompt)}"
+        if pc.stop:
+            base += f"|stop:{stable_id(*pc.stop)}"
+        return base
+
+    def is_chat(self, player: str) -> bool:
+        """Whether the player is asked (and, as a target, trained) in conversations: by its chat
+        setting and the tokenizer of its weights (flywheel/chat.py), which TRL trains with and a
+        vLLM server serves with; an API player without local weights always chats."""
+        pc = self.config(player)
+        if pc.kind not in ("transformers", "vllm") and not pc.path:
+            return True
+        return uses_chat(template_of(self.path(player)), pc.chat, player)
 
     def api_model(self, player: str) -> str | None:
         pc = self.config(player)
@@ -106,7 +149,7 @@ class Roster:
 
     def params(self, player: str) -> SamplingParams:
         pc = self.config(player)
-        return SamplingParams(pc.max_new_tokens, pc.temperature, self.cfg.run.seed)
+        return SamplingParams(pc.max_new_tokens, pc.temperature, self.cfg.run.seed, tuple(pc.stop))
 
     def player(self, player: str) -> Player:
         """The loaded player for an arena name (loaded once per process and kept)."""
@@ -127,6 +170,7 @@ class Roster:
             return create_player(
                 pc.kind, name, model=self.api_model(name) if in_arena else pc.model, base_urls=pc.base_urls, api_key_env=pc.api_key_env,
                 system_prompt=pc.system_prompt, max_concurrency=pc.max_concurrency, timeout_s=pc.timeout_s,
+                **({"max_tokens_field": pc.max_tokens_field} if pc.kind == "openai" else {}),
                 retry=RetryPolicy(pc.max_retries, pc.backoff_s, pc.max_backoff_s),
                 price_input_per_mtok=pc.price_input_per_mtok, price_output_per_mtok=pc.price_output_per_mtok,
                 budget=self.budget, seed=self.cfg.run.seed)
@@ -134,7 +178,7 @@ class Roster:
             raise ValueError(f"player {name}: kind {pc.kind} needs 'path'")
         extra = {"gpu_memory_utilization": self.gpu_memory(name)} if pc.kind == "vllm" else {}
         return create_player(pc.kind, name, path=self.path(name) if in_arena else pc.path, batch_size=pc.batch_size,
-                             **extra)
+                             chat=pc.chat, system_prompt=pc.system_prompt, device=pc.device, dtype=pc.dtype, **extra)
 
     def gpu_memory(self, player: str) -> float:
         """An in-process vLLM engine's GPU-memory fraction. With ``allocate.gpu_memory``, a target

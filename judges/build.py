@@ -15,7 +15,7 @@ def _identity(pc) -> str:
 
 def build_verifier(vc) -> VerifierJudge:
     """The verifier a ``judge.verifier`` config describes."""
-    return VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function)
+    return VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function, vc.extract)
 
 
 def build_judge(jc, roster, cache=None) -> PairwiseJudge:

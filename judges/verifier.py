@@ -9,6 +9,10 @@ A check scores one response against the reference in [0, 1] (1 = correct):
   the reference itself is a regular expression the whole response must match;
 - ``callable``: a user function ``fn(response, reference) -> bool | float`` (``"module:fn"``).
 
+With ``extract="final"`` a check reads the final answer a chatty model states in its response
+(``final_answer``: "17 + 25 = 42." gives "42") instead of the whole response; the battle log
+keeps the raw response either way.
+
 The higher score wins; equal scores are a ``tie``, or ``tie (bothbad)`` when both fail (< 0.5).
 """
 
@@ -32,6 +36,35 @@ def normalize(text: str) -> str:
 
 def exact(response: str, reference: str) -> bool:
     return normalize(response) == normalize(reference)
+
+
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+ANSWER_IS = re.compile(r"\b(?:final answer|answer|result)\s*(?:is|:|=)\s*:?\s*(.+)", re.I)
+AFTER_EQUALS = re.compile(r"=\s*([^=\n]+?)\s*$")
+TRAILING = " \t.,;:!?\"'`*)]}"
+LEADING = " \t\"'`*([{"
+
+
+def _clean(answer: str) -> str:
+    return answer.strip().strip(TRAILING).lstrip(LEADING).strip()
+
+
+def final_answer(text: str) -> str:
+    """The answer a response states, for models that answer in sentences: the last
+    ``\\boxed{x}``; else the first "the answer is x" / "answer: x" (up to the end of its
+    sentence); else the last "= x" of the first line that has one; else the whole response.
+    Quotes, emphasis and closing punctuation around it are dropped: "17 + 25 = 42." gives "42",
+    "The answer is **cba**." gives "cba"."""
+    text = text.strip()
+    if boxed := BOXED.findall(text):
+        return _clean(boxed[-1])
+    if m := ANSWER_IS.search(text):
+        sentence = re.split(r"[.,;](?:\s|$)|\n", m[1] + " ")[0]
+        return _clean(sentence)
+    for line in text.splitlines():
+        if m := AFTER_EQUALS.search(line.rstrip(TRAILING)):
+            return _clean(m[1])
+    return _clean(text) if text else text
 
 
 def first_number(text: str) -> float | None:
@@ -75,7 +108,18 @@ def load_callable(spec: str) -> Callable:
 
 
 def make_check(match: str = "exact", tolerance: float = 1e-6, relative_tolerance: float = 0.0,
-               pattern: str | None = None, function: str | Callable | None = None) -> Check:
+               pattern: str | None = None, function: str | Callable | None = None, extract: str = "none") -> Check:
+    """The check a verifier config describes; ``extract="final"`` applies it to ``final_answer``."""
+    check = _base_check(match, tolerance, relative_tolerance, pattern, function)
+    if extract == "none":
+        return check
+    if extract != "final":
+        raise ValueError(f"unknown extract {extract!r} (none, final)")
+    return lambda response, reference: check(final_answer(response), reference)
+
+
+def _base_check(match: str, tolerance: float, relative_tolerance: float, pattern: str | None,
+                function: str | Callable | None) -> Check:
     if match == "exact":
         return exact
     if match == "numeric":
@@ -93,9 +137,18 @@ class VerifierJudge(PairwiseJudge):
     """Right beats wrong; both right is ``tie``; both wrong is ``tie (bothbad)``."""
 
     def __init__(self, match: str = "exact", tolerance: float = 1e-6, relative_tolerance: float = 0.0,
-                 pattern: str | None = None, function: str | Callable | None = None) -> None:
-        self.check = make_check(match, tolerance, relative_tolerance, pattern, function)
-        self.name = "verifier" if match == "exact" else f"verifier:{match}"
+                 pattern: str | None = None, function: str | Callable | None = None, extract: str = "none") -> None:
+        self.check = make_check(match, tolerance, relative_tolerance, pattern, function, extract)
+        self.name = ("verifier" if match == "exact" else f"verifier:{match}") + ("" if extract == "none" else "+final")
+
+    def correct(self, response: str | None, reference: str | None) -> bool:
+        """Whether ``response`` passes the check (a score of at least 0.5)."""
+        if response is None or reference is None:
+            return False
+        try:
+            return self.score(response, reference) >= 0.5
+        except Exception:  # noqa: BLE001 - a user check that raises counts as not passed
+            return False
 
     def score(self, response: str, reference: str) -> float:
         v = self.check(response, reference)

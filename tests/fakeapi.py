@@ -63,6 +63,7 @@ class FakeAPI:
         self.delay_s = delay_s
         self.wrong_every = wrong_every
         self.faults: list[Any] = []
+        self.reject_max_tokens = False  # answer 400 to `max_tokens`, as reasoning models do
         self.requests: list[dict] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -154,6 +155,16 @@ class FakeAPI:
                 if fault == 429:
                     return self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
                                       {"Retry-After": "1"})
+                if fault == "500-no-retry":  # the server says a retry will not help
+                    return self._send(500, {"error": {"message": "bad input", "type": "api_error"}},
+                                      {"x-should-retry": "false"})
+                if fault == "400-retry":  # the server says a retry may help
+                    return self._send(400, {"error": {"message": "try again", "type": "api_error"}},
+                                      {"x-should-retry": "true"})
+                if api.reject_max_tokens and "max_tokens" in body:
+                    return self._send(400, {"error": {"message": "Unsupported parameter: 'max_tokens' is not supported "
+                                                      "with this model. Use 'max_completion_tokens' instead.",
+                                                      "type": "invalid_request_error"}})
                 if fault in (400, 401, 404, 500, 503, 529):
                     return self._send(fault, {"error": {"message": "server error", "type": "api_error"}})
                 if fault == "slow":

@@ -176,6 +176,9 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
         def __init__(self, model, gpu_memory_utilization):
             seen.append((Path(model).name, gpu_memory_utilization))
 
+        def get_tokenizer(self):
+            return types.SimpleNamespace(chat_template=None)
+
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
     tree = {"targets": [{"name": "a", "kind": "vllm", "path": "/w/a"}, {"name": "b"}],
             "allocate": {"policy": "selective", "gpu_memory": 0.6}}

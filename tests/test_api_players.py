@@ -36,13 +36,43 @@ def test_success_tokens_cost_and_the_payload_sent():
         sent = {r["body"]["messages"][-1]["content"]: r["body"] for r in s.requests}
         assert set(sent) == {x.text for x in PROMPTS}
         body = sent[PROMPTS[0].text]
-        assert body["model"] == "oracle-1" and body["max_tokens"] == 9 and body["seed"] == 3
+        assert body["model"] == "oracle-1" and body["max_completion_tokens"] == 9 and body["seed"] == 3
+        assert body["temperature"] == 0.0 and "max_tokens" not in body and "stop" not in body
         assert body["messages"] == [{"role": "user", "content": PROMPTS[0].text}]
         assert s.requests[0]["headers"]["authorization"] == "Bearer fake-test-key-0123456789abcdefghij"
         tin = sum(len(x.text) for x in PROMPTS)
         tout = sum(len(g.text) for g in gens)
         assert (p.usage.input_tokens, p.usage.output_tokens, p.usage.calls) == (tin, tout, 6)
         assert p.usage.cost_usd == pytest.approx((tin * 2 + tout * 10) / 1e6)
+
+
+def test_payloads_that_current_models_accept():
+    """Reasoning models reject `max_tokens` (400): the default sends `max_completion_tokens`, no
+    temperature unless one is set, and stop strings only when there are some; old servers can
+    still be sent `max_tokens`."""
+    with FakeAPI() as s:
+        s.reject_max_tokens = True
+        gens = openai_player(s).generate(PROMPTS[:2], SamplingParams(max_new_tokens=5, stop=("\n",)))
+        assert all(g.ok for g in gens)
+        body = s.requests[-1]["body"]
+        assert body["max_completion_tokens"] == 5 and body["stop"] == ["\n"]
+        assert not {"temperature", "max_tokens"} & set(body)
+        old = openai_player(s, max_tokens_field="max_tokens").generate(PROMPTS[:1], SamplingParams(max_new_tokens=5))
+        assert not old[0].ok and "max_completion_tokens" in old[0].error  # this server refuses it, and says so
+    with FakeAPI() as s:
+        openai_player(s, max_tokens_field="max_tokens").generate(PROMPTS[:1], SamplingParams(max_new_tokens=5))
+        assert s.requests[-1]["body"]["max_tokens"] == 5 and "max_completion_tokens" not in s.requests[-1]["body"]
+
+
+def test_the_servers_x_should_retry_header_decides():
+    with FakeAPI() as s:
+        s.faults = ["500-no-retry"]
+        p = openai_player(s)
+        gens = p.generate(PROMPTS[:1], SamplingParams())
+        assert not gens[0].ok and len(s.requests) == 1 and p.usage.retries == 0  # a 500 it says not to retry
+        s.faults = ["400-retry"]
+        gens = p.generate(PROMPTS[:1], SamplingParams())
+        assert gens[0].ok and len(s.requests) == 3 and p.usage.retries == 1  # a 400 it says to retry
 
 
 def test_429_honours_retry_after_and_500_is_retried():

@@ -209,6 +209,26 @@ def test_verifier_variants():
     assert VerifierJudge().judge([arith("1", "1", "2", ref=None)])[0].error == "no reference answer"
 
 
+@pytest.mark.parametrize("response, answer", [
+    ("17 + 25 = 42.", "42"), ("The answer is 8.", "8"), ("42", "42"), ("The answer is **cba**.", "cba"),
+    ("so \\boxed{12} it is", "12"), ("Answer: 3.5.", "3.5"), ("The result is 120, which is even", "120"),
+    ("The answer is 1. The letter d occurs once.", "1"), ("21-7 = 18\nthen = 3", "18"), ("", "")])
+def test_the_final_answer_of_a_chatty_response(response, answer):
+    from judges.verifier import final_answer
+
+    assert final_answer(response) == answer
+
+
+def test_a_verifier_that_reads_final_answers_keeps_the_raw_response():
+    chatty = arith("1", "17 + 25 = 42.", "The answer is 41.", ref="42")
+    assert VerifierJudge().judge([chatty])[0].winner == "tie (bothbad)"  # exact: neither is "42"
+    j = VerifierJudge(extract="final").judge([chatty])[0]
+    assert (j.winner, j.score_a, j.score_b) == ("model_a", 1.0, 0.0) and chatty.response_a == "17 + 25 = 42."
+    numeric = VerifierJudge("numeric", extract="final")
+    assert numeric.judge([arith("1", "Answer: 42.0.", "= 41", ref="42")])[0].winner == "model_a"
+    assert VerifierJudge(extract="final").name == "verifier+final"
+
+
 def half_credit(response: str, reference: str) -> float:
     """A user check: full credit for the answer, half for the right number of digits."""
     return 1.0 if response == reference else 0.5 if len(response) == len(reference) else 0.0

@@ -81,3 +81,52 @@ def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     assert result["student"]["steps"] == 3 and result["student"]["examples"] == 16
     assert changed(tiny_models_dir / "student", ctx.store.model_dir("student@1"))
     assert (ctx.store.iter_dir(1) / "stages" / "train-student.json").exists()  # written by the launched process
+
+
+def test_arguments_built_for_a_cuda_machine_do_not_force_the_cpu():
+    from flywheel.training import Hardware, training_args
+
+    gpu = training_args(TrainConfig(), 10, 0, "/tmp/x", 512, Hardware(cuda=True, bf16=True))
+    assert gpu["bf16"] is True and gpu["fp16"] is False and gpu["max_length"] == 512
+    assert "use_cpu" not in gpu and "no_cuda" not in gpu  # the Trainer places the model where the GPU is
+    old_gpu = training_args(TrainConfig(), 10, 0, "/tmp/x", 512, Hardware(cuda=True, bf16=False))
+    assert old_gpu["bf16"] is False and old_gpu["fp16"] is False  # auto: fp32 where bf16 is not supported
+    cpu = training_args(TrainConfig(), 10, 0, "/tmp/x", 512, Hardware(cuda=False, bf16=False))
+    assert cpu["bf16"] is False and cpu["fp16"] is False
+    forced = training_args(TrainConfig(precision="fp16"), 10, 0, "/tmp/x", 512, Hardware(cuda=True, bf16=True))
+    assert forced["fp16"] is True and forced["bf16"] is False
+
+
+def test_max_length_and_trl_fields_come_from_config(tiny_models_dir):
+    from flywheel.config import ConfigError, load_config
+    from flywheel.training import max_length
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_models_dir / "student")
+    assert max_length(TrainConfig(), model) == 64  # the tiny GPT's context
+    assert max_length(TrainConfig(max_length=32), model) == 32
+    cfg = load_config(None, ["train.sft_args={gradient_accumulation_steps: 2}", "train.dpo_args={loss_type: [ipo]}"])
+    assert cfg.train.sft_args == {"gradient_accumulation_steps": 2}
+    with pytest.raises(ConfigError, match=r"train.sft_args: .*not fields of trl.SFTConfig: \['no_such_field'\]"):
+        load_config(None, ["train.sft_args={no_such_field: 1}"])
+
+
+def test_sft_args_reach_the_trainer(tiny_models_dir, tmp_path):
+    """An SFTConfig field from YAML changes the training: two accumulation steps see twice the rows."""
+    cfg = TrainConfig(method="sft", steps=2, batch_size=2, sft_args={"gradient_accumulation_steps": 2})
+    seen = []
+
+    from transformers import TrainerCallback
+
+    class Count(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            seen.append(args.gradient_accumulation_steps)
+
+    import flywheel.progress as progress
+
+    original = progress.trainer_callback
+    progress.trainer_callback = lambda *a: Count()
+    try:
+        train_version(str(tiny_models_dir / "student"), tmp_path / "s@1", SFT, None, cfg, steps=2, seed=0)
+    finally:
+        progress.trainer_callback = original
+    assert seen == [2]

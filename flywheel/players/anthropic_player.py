@@ -35,7 +35,9 @@ class AnthropicPlayer(APIPlayer):
             self._client = None
 
     async def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
-        extra = {"system": self.system_prompt} if self.system_prompt else {}
+        extra: dict = {"system": self.system_prompt} if self.system_prompt else {}
+        if params.stop:
+            extra["stop_sequences"] = list(params.stop)
         resp = await self._client.messages.create(
             model=self.model, max_tokens=params.max_new_tokens,
             messages=[{"role": "user", "content": prompt.text}], **extra,

@@ -75,9 +75,20 @@ def retry_after_s(exc: BaseException) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
+def should_retry_header(exc: BaseException) -> bool | None:
+    """The server's own word on retrying (``x-should-retry: true|false``), or None."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    value = headers.get("x-should-retry") if headers is not None else None
+    return {"true": True, "false": False}.get(str(value).strip().lower()) if value is not None else None
+
+
 def is_retryable(exc: BaseException) -> bool:
-    """429, 408, 409, 5xx, timeouts, connection errors and malformed bodies may pass on retry;
-    other 4xx (bad request, auth, not found) will not."""
+    """The server's ``x-should-retry`` header when it sent one; else 429, 408, 409, 5xx,
+    timeouts, connection errors and malformed bodies may pass on retry, and other 4xx (bad
+    request, auth, not found) will not."""
+    told = should_retry_header(exc)
+    if told is not None:
+        return told
     if isinstance(exc, MalformedResponse | asyncio.TimeoutError | json.JSONDecodeError):
         return True
     name = type(exc).__name__

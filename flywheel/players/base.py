@@ -10,11 +10,17 @@ from flywheel.records import Generation, Prompt
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How a player decodes. ``temperature == 0`` means greedy."""
+    """How a player decodes. ``temperature`` None or 0 means greedy (an API gets no temperature
+    when it is None); generation ends at the first of ``stop`` (which is not included)."""
 
     max_new_tokens: int = 12
-    temperature: float = 0.0
+    temperature: float | None = None
     seed: int = 0
+    stop: tuple[str, ...] = ()
+
+    @property
+    def greedy(self) -> bool:
+        return not self.temperature
 
 
 class Player(abc.ABC):

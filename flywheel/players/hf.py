@@ -1,4 +1,5 @@
-"""A local transformers model as a player: batched greedy or sampled generation, left padding."""
+"""A local transformers model as a player: batched greedy or sampled generation, left padding,
+asked through its chat template when it has one (``flywheel/chat.py``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 
 import torch
 
+from flywheel.chat import cut_at_stop, messages, note_raw_text, uses_chat
 from flywheel.players.base import Player, SamplingParams
 from flywheel.records import Generation, Prompt
 
@@ -17,25 +19,55 @@ from flywheel.records import Generation, Prompt
 LOCAL = threading.RLock()
 
 
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: cuda when a GPU is visible, else cpu; any other value is a torch device."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> torch.dtype:
+    """``auto``: bfloat16 on a GPU that supports it, else float32."""
+    if dtype == "auto":
+        bf16 = device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else torch.float32
+    return getattr(torch, dtype)
+
+
 class TransformersPlayer(Player):
     """Loads ``path`` with ``AutoTokenizer`` / ``AutoModelForCausalLM`` and answers in batches."""
 
-    def __init__(self, name: str, path: str, batch_size: int = 256, **_: object) -> None:
+    def __init__(self, name: str, path: str, batch_size: int = 256, chat: str = "auto",
+                 system_prompt: str | None = None, device: str = "auto", dtype: str = "auto", **_: object) -> None:
         with LOCAL:
-            self._load(name, path, batch_size)
+            self._load(name, path, batch_size, chat, system_prompt, device, dtype)
 
-    def _load(self, name: str, path: str, batch_size: int) -> None:
+    def _load(self, name: str, path: str, batch_size: int, chat: str, system_prompt: str | None,
+              device: str, dtype: str) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = name
         self.path = path
         self.batch_size = batch_size
+        self.system_prompt = system_prompt
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.chat = uses_chat(self.tokenizer.chat_template, chat, name)
+        if not self.chat and chat == "auto":
+            note_raw_text(name)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(path)
+        self.device = resolve_device(device)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, self.device)).to(self.device)
         self.model.eval()
+
+    def render(self, prompt: Prompt) -> str:
+        """The text the model reads for ``prompt``: the chat template's rendering (with the
+        generation prompt), or the raw prompt after the system prompt, if any."""
+        if self.chat:
+            return self.tokenizer.apply_chat_template(messages(prompt.text, self.system_prompt), tokenize=False,
+                                                      add_generation_prompt=True)
+        return f"{self.system_prompt}\n\n{prompt.text}" if self.system_prompt else prompt.text
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
         with LOCAL:
@@ -47,10 +79,9 @@ class TransformersPlayer(Player):
         for start in range(0, len(prompts), self.batch_size):
             chunk = prompts[start : start + self.batch_size]
             t0 = time.perf_counter()
-            enc = self.tokenizer(
-                [p.text for p in chunk], return_tensors="pt", padding=True, add_special_tokens=False
-            )
-            sampling = params.temperature > 0
+            enc = self.tokenizer([self.render(p) for p in chunk], return_tensors="pt", padding=True,
+                                 add_special_tokens=False).to(self.device)
+            sampling = not params.greedy
             if sampling:
                 torch.manual_seed(params.seed)
             ids = self.model.generate(
@@ -62,17 +93,19 @@ class TransformersPlayer(Player):
                 top_p=None,
                 pad_token_id=self.tokenizer.pad_token_id,
                 eos_token_id=self.tokenizer.eos_token_id,
+                **({"stop_strings": list(params.stop), "tokenizer": self.tokenizer} if params.stop else {}),
             )
             texts = self.tokenizer.batch_decode(ids[:, enc.input_ids.shape[1] :], skip_special_tokens=True)
             dt = (time.perf_counter() - t0) / len(chunk)
-            out += [Generation(self.name, p.id, t.strip(), None, dt) for p, t in zip(chunk, texts)]
+            out += [Generation(self.name, p.id, cut_at_stop(t, params.stop).strip(), None, dt)
+                    for p, t in zip(chunk, texts)]
         return out
 
     def reference_loss(self, prompts: list[Prompt]) -> float | None:
         """Mean per-token negative log-likelihood of the reference answers (and the end of text
-        after them, as SFT trains) given the prompts: a smooth measure of learning that moves
-        before exact-match accuracy does. Prompts without a reference are skipped (None if
-        none has one)."""
+        after them, as SFT trains) given the prompts as the model reads them: a smooth measure of
+        learning that moves before exact-match accuracy does. Prompts without a reference are
+        skipped (None if none has one)."""
         with LOCAL:
             return self._reference_loss([p for p in prompts if p.reference is not None])
 
@@ -81,8 +114,9 @@ class TransformersPlayer(Player):
         tok, total, count = self.tokenizer, 0.0, 0
         eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
         for start in range(0, len(prompts), self.batch_size):
-            rows = [(tok(p.text, add_special_tokens=False).input_ids,
-                     tok(str(p.reference), add_special_tokens=False).input_ids + eos) for p in prompts[start:start + self.batch_size]]
+            rows = [(tok(self.render(p), add_special_tokens=False).input_ids,
+                     tok(str(p.reference), add_special_tokens=False).input_ids + eos)
+                    for p in prompts[start:start + self.batch_size]]
             width = max(len(a) + len(b) for a, b in rows)
             ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
             labels = torch.full((len(rows), width), -100, dtype=torch.long)
@@ -91,9 +125,9 @@ class TransformersPlayer(Player):
                 ids[i, :len(a) + len(b)] = torch.tensor(a + b)
                 labels[i, len(a):len(a) + len(b)] = torch.tensor(b)
                 mask[i, :len(a) + len(b)] = 1
-            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-            target = labels[:, 1:]
-            nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+            logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device)).logits[:, :-1]
+            target = labels[:, 1:].to(self.device)
+            nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
                                                     ignore_index=-100, reduction="sum")
             total += float(nll)
             count += int((target != -100).sum())

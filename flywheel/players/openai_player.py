@@ -29,12 +29,13 @@ def api_key(env: str | None, player: str, required: bool) -> str:
 
 class OpenAIPlayer(APIPlayer):
     def __init__(self, name: str, model: str, base_urls: list[str] | None = None, api_key_env: str | None = None,
-                 system_prompt: str | None = None, **kw) -> None:
+                 system_prompt: str | None = None, max_tokens_field: str = "max_completion_tokens", **kw) -> None:
         super().__init__(name, **{k: v for k, v in kw.items() if k in _API_KWARGS})
         self.model = model
         self.base_urls = base_urls or [None]
         self._key = api_key(api_key_env, name, required=not base_urls)
         self.system_prompt = system_prompt
+        self.max_tokens_field = max_tokens_field
         self._clients: list = []
         self._next = itertools.count()
 
@@ -53,10 +54,7 @@ class OpenAIPlayer(APIPlayer):
         client = self._clients[next(self._next) % len(self._clients)]
         messages = ([{"role": "system", "content": self.system_prompt}] if self.system_prompt else []) + [
             {"role": "user", "content": prompt.text}]
-        resp = await client.chat.completions.create(
-            model=self.model, messages=messages, max_tokens=params.max_new_tokens,
-            temperature=params.temperature, seed=params.seed,
-        )
+        resp = await client.chat.completions.create(model=self.model, messages=messages, **self.payload(params))
         try:
             text = resp.choices[0].message.content
             usage = resp.usage
@@ -66,6 +64,17 @@ class OpenAIPlayer(APIPlayer):
                               int(getattr(usage, "completion_tokens", 0) or 0))
         except (AttributeError, IndexError, TypeError, ValueError) as e:
             raise MalformedResponse(f"malformed chat completion: {e}") from None
+
+    def payload(self, params: SamplingParams) -> dict:
+        """The request's sampling fields: the length limit under ``max_tokens_field``
+        (``max_completion_tokens``, which reasoning models require; ``max_tokens`` for old
+        servers), a temperature only when one is set, stop strings only when there are some."""
+        out: dict = {self.max_tokens_field: params.max_new_tokens, "seed": params.seed}
+        if params.temperature is not None:
+            out["temperature"] = params.temperature
+        if params.stop:
+            out["stop"] = list(params.stop)
+        return out
 
     def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
         """Ask every base URL (vLLM) to load an adapter under ``lora_name``; raises on failure."""

@@ -1,27 +1,42 @@
-"""vLLM in-process (``vllm.LLM``), imported only when a config asks for it (CUDA machines)."""
+"""vLLM in-process (``vllm.LLM``), imported only when a config asks for it (CUDA machines).
+
+A model whose tokenizer has a chat template is asked through ``LLM.chat`` (with the system
+prompt), as the transformers player asks it; otherwise through ``LLM.generate`` on raw text."""
 
 from __future__ import annotations
 
 import time
 
+from flywheel.chat import cut_at_stop, messages, note_raw_text, uses_chat
 from flywheel.players.base import Player, SamplingParams
 from flywheel.records import Generation, Prompt
 
 
 class VLLMPlayer(Player):
-    def __init__(self, name: str, path: str, gpu_memory_utilization: float = 0.9, **_: object) -> None:
+    def __init__(self, name: str, path: str, gpu_memory_utilization: float = 0.9, chat: str = "auto",
+                 system_prompt: str | None = None, **_: object) -> None:
         try:
             from vllm import LLM
         except ImportError as e:
             raise ValueError(f"player {name}: kind 'vllm' needs the vllm package (pip install -e .[vllm]): {e}") from None
         self.name = name
+        self.system_prompt = system_prompt
         self.llm = LLM(model=path, gpu_memory_utilization=gpu_memory_utilization)
+        self.chat = uses_chat(self.llm.get_tokenizer().chat_template, chat, name)
+        if not self.chat and chat == "auto":
+            note_raw_text(name)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
         from vllm import SamplingParams as VSP
 
+        sampling = VSP(max_tokens=params.max_new_tokens, temperature=params.temperature or 0.0, seed=params.seed,
+                       stop=list(params.stop) or None)
         t0 = time.perf_counter()
-        outs = self.llm.generate([p.text for p in prompts],
-                                 VSP(max_tokens=params.max_new_tokens, temperature=params.temperature, seed=params.seed))
+        if self.chat:
+            outs = self.llm.chat([messages(p.text, self.system_prompt) for p in prompts], sampling, use_tqdm=False)
+        else:
+            texts = [f"{self.system_prompt}\n\n{p.text}" if self.system_prompt else p.text for p in prompts]
+            outs = self.llm.generate(texts, sampling, use_tqdm=False)
         dt = (time.perf_counter() - t0) / max(len(prompts), 1)
-        return [Generation(self.name, p.id, o.outputs[0].text.strip(), None, dt) for p, o in zip(prompts, outs)]
+        return [Generation(self.name, p.id, cut_at_stop(o.outputs[0].text, params.stop).strip(), None, dt)
+                for p, o in zip(prompts, outs)]

