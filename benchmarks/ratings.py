@@ -1,85 +1,142 @@
-"""Bradley-Terry + bootstrap: ours vs the classic way, in one run.
+"""Bradley-Terry + bootstrap: ours vs the method Chatbot Arena runs today, in one run.
 
-Classic (Chatbot Arena's published recipe): a logistic-loss fit over the battle rows with scipy
-L-BFGS (ties as half a win each), bootstrapped by resampling rows and refitting each round in a
-process pool. Ours: aggregate the log into K x K cell counts once; fit with batched Newton;
-every bootstrap round is a multinomial draw over the cells, all rounds fitted together.
+The anchor is Chatbot Arena's current published rating method, written here from its
+description: the log is aggregated into its unique (model_a, model_b, outcome) rows with counts;
+a weighted logistic loss over those rows is minimised with scipy's L-BFGS-B (ties as half a win,
+tolerance 1e-6, at most 100 iterations); the bootstrap draws every round's row counts from one
+multinomial over the unique rows and fits the rounds in a process pool over all cores.
 
-    python -m benchmarks.ratings                     # 1,000,000 battles, 64 models, 100 rounds
-    python -m benchmarks.ratings --battles 20000 --models 8 --rounds 10
+Ours (``flywheel.ratings.rate``): the log is aggregated into K x K cell counts once; a batched
+Newton fit; the rounds are multinomial draws over the cells, all fitted together.
 
-Prints both times, the largest point-estimate difference, and ends with ``ratio: X``
-(classic seconds / ours).
+Two logs per seed: ``uniform`` (every pair equally often) and ``skewed`` (pair popularity
+Zipf-like, as on a real arena, where some pairs meet thousands of times and others a handful).
+
+    python -m benchmarks.ratings                              # 1,000,000 battles, 64 models, 100 rounds, seeds 0,1,2
+    python -m benchmarks.ratings --seeds 7,8 --battles 200000 --models 32
+    python -m benchmarks.ratings --quick                      # 100,000 battles, 32 models, 20 rounds
+
+Prints each log's times, the largest point-estimate differences (Elo) between ours, the
+anchor's and the exact maximum-likelihood fit (the anchor's loss minimised to convergence, not
+timed), then ends with ``ratio: X``: the anchor's seconds / ours, the median over every log.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing as mp
 import os
+import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 import numpy as np
 
 from flywheel.ratings import rate
 
-LN10 = math.log(10)
-_ROWS: dict[str, np.ndarray] = {}
 
-
-def simulate(n: int, k: int, seed: int) -> tuple[list[str], list[str], list[str]]:
+# -- the logs -----------------------------------------------------------------------------------
+def simulate(n: int, k: int, seed: int, skewed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` battles among ``k`` models with true Elo ~ N(1000, 200), 10% ties. Skewed: pair
+    (i, j) is drawn with weight 1 / (rank of i + 1) / (rank of j + 1)."""
     rng = np.random.default_rng(seed)
     elo = rng.normal(1000, 200, k)
-    a = rng.integers(0, k, n)
-    b = (a + rng.integers(1, k, n)) % k
+    if skewed:
+        pop = 1.0 / np.arange(1, k + 1)
+        pop = pop[rng.permutation(k)]
+        pair = np.outer(pop, pop)
+        np.fill_diagonal(pair, 0)
+        flat = rng.choice(k * k, size=n, p=(pair / pair.sum()).ravel())
+        a, b = flat // k, flat % k
+    else:
+        a = rng.integers(0, k, n)
+        b = (a + rng.integers(1, k, n)) % k
     p = 1 / (1 + 10 ** ((elo[b] - elo[a]) / 400))
     tie = rng.random(n) < 0.1
     win_a = rng.random(n) < p
-    names = np.array([f"model-{i:02d}" for i in range(k)])
-    winner = np.where(tie, "tie", np.where(win_a, "model_a", "model_b"))
-    return names[a].tolist(), names[b].tolist(), winner.tolist()
+    names = np.array([f"model-{i:02d}" for i in range(k)], dtype=object)
+    winner = np.where(tie, "tie", np.where(win_a, "model_a", "model_b")).astype(object)
+    return names[a], names[b], winner
 
 
-def _classic_fit(a: np.ndarray, b: np.ndarray, y: np.ndarray, k: int) -> np.ndarray:
-    """L-BFGS over the rows: P(A wins) = sigmoid(ln10 * (beta_a - beta_b)); Elo = 400 beta + 1000."""
-    from scipy import sparse
+# -- the anchor: Chatbot Arena's current method ---------------------------------------------------
+def anchor_preprocess(model_a, model_b, winner):
+    """Unique (a, b, outcome) rows and their counts; models by first appearance."""
+    import pandas as pd
+
+    n = len(model_a)
+    codes, models = pd.factorize(np.concatenate([model_a, model_b]))
+    outcome = np.select([winner == "model_a", winner == "model_b"], [1.0, 0.0], 0.5)
+    schedule = np.column_stack([codes[:n], codes[n:], outcome])
+    rows, counts = np.unique(schedule, return_counts=True, axis=0)
+    return rows[:, :2].astype(np.int64), rows[:, 2], list(models), counts.astype(np.float64)
+
+
+def anchor_loss(ratings, matchups, outcomes, weights, alpha):
+    d = alpha * (ratings[matchups[:, 0]] - ratings[matchups[:, 1]])
+    p = 1.0 / (1.0 + np.exp(-d))
+    eps = 1e-300
+    loss = -((np.log(p + eps) * outcomes + np.log(1.0 - p + eps) * (1.0 - outcomes)) * weights).sum()
+    g_rows = -alpha * (outcomes - p) * weights
+    grad = np.zeros_like(ratings)
+    np.add.at(grad, matchups[:, 0], g_rows)
+    np.add.at(grad, matchups[:, 1], -g_rows)
+    return loss, grad
+
+
+def anchor_fit(matchups, outcomes, weights, n_models, alpha, tol=1e-6):
     from scipy.optimize import minimize
 
-    n = len(a)
-    rows = np.repeat(np.arange(n), 2)
-    cols = np.stack([a, b], 1).ravel()
-    vals = np.tile([LN10, -LN10], n)
-    x = sparse.csr_matrix((vals, (rows, cols)), shape=(n, k))
-
-    def loss(beta):
-        z = x @ beta
-        p = 1 / (1 + np.exp(-z))
-        eps = 1e-12
-        f = -(y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps)).sum()
-        return f, x.T @ (p - y)
-
-    beta = minimize(loss, np.zeros(k), jac=True, method="L-BFGS-B", options={"gtol": 1e-8, "maxiter": 1000}).x
-    return 1000 + 400 * (beta - beta.mean())
+    res = minimize(anchor_loss, np.zeros(n_models), args=(matchups, outcomes, weights, alpha), jac=True,
+                   method="L-BFGS-B", options={"maxiter": 100, "gtol": tol})
+    return res.x
 
 
-def _classic_round(seed: int) -> np.ndarray:
-    a, b, y, k = _ROWS["a"], _ROWS["b"], _ROWS["y"], int(_ROWS["k"][0])
-    idx = np.random.default_rng(seed).integers(0, len(a), len(a))
-    return _classic_fit(a[idx], b[idx], y[idx], k)
+def exact_mle(model_a, model_b, winner) -> tuple[list[str], np.ndarray]:
+    """The anchor's loss minimised to convergence (not timed): the MLE both methods estimate."""
+    from scipy.optimize import minimize
+
+    matchups, outcomes, models, weights = anchor_preprocess(model_a, model_b, winner)
+    x = minimize(anchor_loss, np.zeros(len(models)), args=(matchups, outcomes, weights, math.log(10)), jac=True,
+                 method="L-BFGS-B", options={"maxiter": 10_000, "gtol": 1e-12, "ftol": 1e-15}).x
+    return models, 1000 + 400 * (x - x.mean())
 
 
-def classic(model_a, model_b, winner, rounds: int, workers: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    models = sorted(set(model_a) | set(model_b))
-    ix = {m: i for i, m in enumerate(models)}
-    a = np.array([ix[m] for m in model_a])
-    b = np.array([ix[m] for m in model_b])
-    y = np.array([{"model_a": 1.0, "model_b": 0.0}.get(w, 0.5) for w in winner])
-    point = _classic_fit(a, b, y, len(models))
-    _ROWS.update(a=a, b=b, y=y, k=np.array([len(models)]))  # inherited by the forked workers
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        boots = np.array(list(pool.map(_classic_round, range(rounds))))
-    return point, boots, models
+def anchor(model_a, model_b, winner, rounds: int, seed: int, workers: int):
+    """(models, point Elo, bootstrap Elo [rounds, K]) the anchor's way."""
+    matchups, outcomes, models, weights = anchor_preprocess(model_a, model_b, winner)
+    alpha = math.log(10)
+    point = anchor_fit(matchups, outcomes, weights, len(models), alpha)
+    n = int(weights.sum())
+    rng = np.random.default_rng(seed)
+    boot_weights = rng.multinomial(n, weights / weights.sum(), size=rounds).astype(np.float64) / n
+    fit = partial(anchor_fit, matchups, outcomes, n_models=len(models), alpha=alpha)
+    with mp.get_context("fork").Pool(workers) as pool:
+        boots = np.array(pool.map(fit, boot_weights))
+    to_elo = lambda r: 1000 + 400 * (r - r.mean(axis=-1, keepdims=True))  # noqa: E731 - same centring as ours
+    return models, to_elo(point), to_elo(boots)
+
+
+# -- one log --------------------------------------------------------------------------------------
+def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int) -> dict:
+    model_a, model_b, winner = simulate(n, k, seed, skewed)
+    t0 = time.perf_counter()
+    report = rate(model_a, model_b, winner, rounds=rounds, seed=seed)
+    ours_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    models, point, boots = anchor(model_a, model_b, winner, rounds, seed, workers)
+    anchor_s = time.perf_counter() - t0
+    ours = {r.model: r for r in report.ratings}
+    diff = max(abs(ours[m].rating - point[i]) for i, m in enumerate(models))
+    exact_models, exact = exact_mle(model_a, model_b, winner)
+    ours_err = max(abs(ours[m].rating - exact[i]) for i, m in enumerate(exact_models))
+    anchor_err = max(abs(point[models.index(m)] - exact[i]) for i, m in enumerate(exact_models))
+    width_anchor = float(np.mean(np.quantile(boots, 0.975, axis=0) - np.quantile(boots, 0.025, axis=0)))
+    width_ours = float(np.mean([r.upper - r.lower for r in report.ratings]))
+    return {"ours_s": ours_s, "anchor_s": anchor_s, "diff": diff, "ours_err": ours_err, "anchor_err": anchor_err,
+            "width_ours": width_ours,
+            "width_anchor": width_anchor, "ratio": anchor_s / ours_s}
 
 
 def main() -> None:
@@ -87,32 +144,32 @@ def main() -> None:
     ap.add_argument("--battles", type=int, default=1_000_000)
     ap.add_argument("--models", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (one uniform and one skewed log each)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="the anchor's process pool")
+    ap.add_argument("--quick", action="store_true", help="100,000 battles, 32 models, 20 rounds")
     args = ap.parse_args()
-
-    model_a, model_b, winner = simulate(args.battles, args.models, args.seed)
-    print(f"{args.battles:,} battles among {args.models} models, {args.rounds} bootstrap rounds, "
-          f"{args.workers} worker process(es) for the classic bootstrap")
-
-    t0 = time.perf_counter()
-    report = rate(model_a, model_b, winner, rounds=args.rounds, seed=args.seed)
-    ours_s = time.perf_counter() - t0
-    print(f"ours:    {ours_s:8.2f} s  (aggregate once, batched Newton, multinomial bootstrap)")
-
-    t0 = time.perf_counter()
-    point, boots, models = classic(model_a, model_b, winner, args.rounds, args.workers)
-    classic_s = time.perf_counter() - t0
-    print(f"classic: {classic_s:8.2f} s  (L-BFGS over rows, refit per round in a process pool)")
-
-    ours = {r.model: r for r in report.ratings}
-    diff = max(abs(ours[m].rating - point[i]) for i, m in enumerate(models))
-    lo, hi = np.quantile(boots, 0.025, axis=0), np.quantile(boots, 0.975, axis=0)
-    width_ours = np.mean([r.upper - r.lower for r in report.ratings])
-    width_classic = float(np.mean(hi - lo))
-    print(f"largest point-estimate difference: {diff:.4f} Elo")
-    print(f"mean 95% CI width: ours {width_ours:.2f} Elo, classic {width_classic:.2f} Elo")
-    print(f"ratio: {classic_s / ours_s:.1f}")
+    if args.quick:
+        args.battles, args.models, args.rounds = 100_000, 32, 20
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    print(f"{args.battles:,} battles among {args.models} models, {args.rounds} bootstrap rounds, seeds {seeds}; "
+          f"the anchor's bootstrap on {args.workers} process(es)")
+    print(f"{'log':>12}  {'ours s':>8}  {'anchor s':>9}  {'ratio':>6}  {'|ours-anchor|':>13}  {'|ours-MLE|':>10}  "
+          f"{'|anchor-MLE|':>12}  {'CI width ours/anchor':>20}")
+    rate(*simulate(1000, 4, 0, False), rounds=2)  # warm-up: imports (pandas, numpy's linalg) are not timed
+    results = []
+    for seed in seeds:
+        for skewed in (False, True):
+            r = compare(args.battles, args.models, args.rounds, seed, skewed, args.workers)
+            results.append(r)
+            name = f"{'skewed' if skewed else 'uniform'}-{seed}"
+            print(f"{name:>12}  {r['ours_s']:8.2f}  {r['anchor_s']:9.2f}  {r['ratio']:6.1f}  {r['diff']:13.4f}  "
+                  f"{r['ours_err']:10.4f}  {r['anchor_err']:12.4f}  {r['width_ours']:9.2f} / {r['width_anchor']:.2f}")
+    ratios = [r["ratio"] for r in results]
+    print(f"ratios: min {min(ratios):.1f}, median {statistics.median(ratios):.1f}, max {max(ratios):.1f}; largest "
+          f"point difference {max(r['diff'] for r in results):.4f} Elo from the anchor, "
+          f"{max(r['ours_err'] for r in results):.4f} from the exact MLE (the anchor's own: "
+          f"{max(r['anchor_err'] for r in results):.4f}; ratings are rounded to 0.01)")
+    print(f"ratio: {statistics.median(ratios):.1f}")
 
 
 if __name__ == "__main__":

@@ -145,6 +145,9 @@ def rate_cmd(
     anchor: Annotated[Optional[str], typer.Option(help="Pin a model's rating: MODEL=RATING.")] = None,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (and say how many) instead of failing.")] = False,
     fold_names: Annotated[bool, typer.Option("--fold-names", help="Merge names that differ only by case or spaces.")] = False,
+    prior: Annotated[Optional[float], typer.Option("--prior", min=0, help="Virtual ties of each model against a "
+                     "mean-rated reference; default: none where the maximum-likelihood fit exists, 0.1 where not; "
+                     "0 = the classic fit.")] = None,
     matrix: Annotated[bool, typer.Option("--matrix", help="Print the win-rate and battle-count matrices.")] = False,
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
@@ -179,7 +182,8 @@ def rate_cmd(
     try:
         for name, rows in groups.items():
             reports_by[name] = rate([b.model_a for b in rows], [b.model_b for b in rows], [b.winner for b in rows],
-                                    rounds=bootstrap, ci=ci, seed=seed, anchor=pinned, fold_names=fold_names)
+                                    rounds=bootstrap, ci=ci, seed=seed, anchor=pinned, fold_names=fold_names,
+                                    prior=prior)
     except ValueError as e:
         fail(str(e))
     for name, rep in reports_by.items():

@@ -260,6 +260,9 @@ class RatingConfig(Strict):
     base: float = Field(10.0, gt=1, description="Elo base.")
     init: float = Field(1000.0, description="Mean rating (the rating at zero log-strength).")
     online_k: float = Field(4.0, gt=0, description="K factor of the online Elo shown for live progress.")
+    prior: float | None = Field(None, ge=0, description="Virtual ties of each model against a mean-rated "
+                                "reference. Unset: none where the maximum-likelihood fit exists (ratings equal "
+                                "Chatbot Arena's fit), 0.1 where it does not (a model that never lost stays finite).")
 
 
 class CurateConfig(Strict):

@@ -372,7 +372,7 @@ def rate(ctx: Context, k: int) -> dict[str, Any]:
     """Bradley-Terry and online Elo over this iteration's arena battles; per-arm target win rates."""
     a, b, w = _rated(ctx, k, "train")
     rc = ctx.cfg.rating
-    board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.run.seed + k, rc.scale, rc.base, rc.init)
+    board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.run.seed + k, rc.scale, rc.base, rc.init, prior=rc.prior)
     online = online_elo(a, b, w, k_factor=rc.online_k, scale=rc.scale, base=rc.base, init=rc.init)
     js = ctx.store.judgments(k, "train")
     arms: dict[str, list[float]] = {}
@@ -552,7 +552,7 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     a, b, w = _rated(ctx, None, "eval")
     rc = ctx.cfg.rating
-    board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)
+    board = leaderboard(a, b, w, rc.bootstrap_rounds, rc.ci, ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init, prior=rc.prior)
     by_model = {r.model: r for r in board}
     responses: dict[str, dict[str, str]] = {}
     for bt in ctx.store.battles(k, "eval"):
@@ -595,7 +595,7 @@ def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, 
         chosen = set(ids)
         rows = [r for r in every if r.prompt_id in chosen]
         boards[name] = [x.to_dict() for x in leaderboard(*columns(rows), rc.bootstrap_rounds, rc.ci,
-                                                         ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)]
+                                                         ctx.cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init, prior=rc.prior)]
     atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}-subsets.json", boards)
     return boards
 
@@ -607,7 +607,7 @@ def category_boards(store: RunStore, cfg: FlywheelConfig, phase: str = "eval") -
     for r in rated_battles(store, None, phase):
         by_cat.setdefault(r.category, []).append(r)
     return {c: [x.to_dict() for x in leaderboard(*columns(rows), rc.bootstrap_rounds, rc.ci,
-                                                 cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init)]
+                                                 cfg.evaluate.bootstrap_seed, rc.scale, rc.base, rc.init, prior=rc.prior)]
             for c, rows in sorted(by_cat.items())}
 
 

@@ -15,9 +15,15 @@ whatever the number of battles, and all bootstrap rounds are fitted together:
 
 Scale: ``rating = init + scale * log_base(strength)``; base 10, scale 400, init 1000 by default.
 Within each connected group of models the mean rating is ``init``, unless an anchor pins one
-model's rating. A weak prior (``prior`` virtual ties of every model against an ``init``-rated
-reference) keeps a model that never lost, or never won, finite; on real logs it moves ratings
-by far less than 0.1 Elo.
+model's rating.
+
+The prior: the maximum-likelihood fit (Chatbot Arena's) exists only where every model of a group
+can be reached from every other through wins (a model that never lost, or never won, breaks
+that: its MLE is infinite). ``prior=None`` (the default) fits the plain MLE wherever it exists,
+so point estimates equal the classic fit, and adds ``PRIOR`` virtual ties of every model against
+an ``init``-rated reference only to a fit (the point, or one bootstrap round) where it does not
+exist, which keeps every rating finite. A number fits with that prior everywhere; ``0`` is the
+classic fit (infinite ratings where the MLE does not exist are clipped, not meaningful).
 """
 
 from __future__ import annotations
@@ -100,19 +106,41 @@ def canonical_names(names: Sequence[str], fold: bool = False) -> dict[str, str]:
 def encode(
     model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], fold_names: bool = False
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Battle columns -> (models, a_idx int64[N], b_idx int64[N], outcome float64[N])."""
-    canon = canonical_names(list(model_a) + list(model_b), fold_names)
+    """Battle columns -> (models, a_idx int64[N], b_idx int64[N], outcome float64[N]).
+
+    Names are factorized in C (pandas), so only the distinct spellings are handled in Python."""
+    import pandas as pd
+
+    n = len(model_a)
+    codes, spellings = pd.factorize(np.concatenate([np.asarray(model_a, dtype=object), np.asarray(model_b, dtype=object)]))
+    counts = np.bincount(codes, minlength=len(spellings))
+    # Only distinct spellings are checked; folding keeps the most frequent spelling of a name.
+    canon = _fold_by_count(list(spellings), counts) if fold_names else canonical_names(list(spellings))
     models = sorted(set(canon.values()))
     index = {m: i for i, m in enumerate(models)}
-    a = np.fromiter((index[canon[m]] for m in model_a), dtype=np.int64, count=len(model_a))
-    b = np.fromiter((index[canon[m]] for m in model_b), dtype=np.int64, count=len(model_b))
-    try:
-        y = np.fromiter((OUTCOME[w] for w in winner), dtype=np.float64, count=len(winner))
-    except KeyError as e:
-        raise ValueError(f"unknown winner {e.args[0]!r}; expected one of {list(OUTCOME)}") from None
+    remap = np.array([index[canon[name]] for name in spellings], dtype=np.int64)
+    a, b = remap[codes[:n]], remap[codes[n:]]
+    w_codes, w_values = pd.factorize(np.asarray(winner, dtype=object))
+    unknown = [w for w in w_values if w not in OUTCOME]
+    if unknown:
+        raise ValueError(f"unknown winner {unknown[0]!r}; expected one of {list(OUTCOME)}")
+    y = np.array([OUTCOME[w] for w in w_values], dtype=np.float64)[w_codes] if len(w_values) else np.zeros(0)
     if np.any(a == b):
         raise ValueError(f"a model cannot battle itself ({models[int(a[np.argmax(a == b)])]!r})")
     return models, a, b, y
+
+
+def _fold_by_count(spellings: list[str], counts: np.ndarray) -> dict[str, str]:
+    """``canonical_names(..., fold=True)`` over distinct spellings with their counts."""
+    groups: dict[str, list[str]] = {}
+    for name in spellings:
+        groups.setdefault(_name_key(name), []).append(name)
+    count = dict(zip(spellings, counts.tolist()))
+    out = {}
+    for g in groups.values():
+        best = max(g, key=lambda n: (count[n], n == n.strip(), n))
+        out.update({n: best for n in g})
+    return out
 
 
 def cell_counts(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -140,27 +168,65 @@ def points_matrix(k: int, cells: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 # -- fit ----------------------------------------------------------------------------------------
-def fit_bt(w: np.ndarray, prior: float = PRIOR, max_iter: int = 100, tol: float = 1e-9) -> np.ndarray:
+def _closure(adjacent: np.ndarray) -> np.ndarray:
+    """Reachability (reflexive, transitive) of bool ``[..., K, K]`` by repeated squaring."""
+    k = adjacent.shape[-1]
+    reach = adjacent | np.eye(k, dtype=bool)
+    for _ in range(max(1, math.ceil(math.log2(max(k, 2))))):
+        reach = (reach.astype(np.float32) @ reach.astype(np.float32)) > 0
+    return reach
+
+
+def same_group(w: np.ndarray) -> np.ndarray:
+    """bool[..., K, K]: models i and j are connected through battles."""
+    met = np.asarray(w) > 0
+    return _closure(met | np.swapaxes(met, -1, -2))
+
+
+def mle_exists(w: np.ndarray) -> np.ndarray:
+    """bool[...] for ``W[..., K, K]``: whether the maximum-likelihood fit is finite, i.e. within
+    every connected group each model reaches every other through points scored (Zermelo's
+    condition)."""
+    return np.all(_closure(np.asarray(w) > 0) == same_group(w), axis=(-2, -1))
+
+
+def resolve_prior(w: np.ndarray, prior: float | None) -> np.ndarray:
+    """The prior of each fit in ``W[..., K, K]``: ``prior`` as given, or (None) 0 where the MLE
+    exists and ``PRIOR`` where it does not."""
+    if prior is not None:
+        return np.full(np.asarray(w).shape[:-2], float(prior))
+    return np.where(mle_exists(w), 0.0, PRIOR)
+
+
+def fit_bt(w: np.ndarray, prior: float | np.ndarray | None = None, max_iter: int = 100, tol: float = 1e-9
+           ) -> np.ndarray:
     """Maximum a posteriori log-strengths (natural log) for ``W[..., K, K]``.
 
-    Batched Newton steps on a strictly concave objective: the Bradley-Terry log-likelihood plus
-    ``prior`` virtual ties of each model against a reference at 0. Steps are clipped, so models
-    that never lose (or never win) move steadily instead of overshooting. Not centred: see
-    ``center``.
+    Batched Newton steps on a concave objective: the Bradley-Terry log-likelihood plus ``prior``
+    virtual ties of each model against a reference at 0 (a number, one per fit, or None: see
+    ``resolve_prior``). Steps are clipped, so models that never lose (or never win) move steadily
+    instead of overshooting. Not centred: see ``center``.
     """
     w = np.asarray(w, dtype=np.float64)
     lead, k = w.shape[:-2], w.shape[-1]
+    if prior is None or np.ndim(prior) == 0:
+        prior = resolve_prior(w, None if prior is None else float(prior))
+    prior = np.broadcast_to(np.asarray(prior, dtype=np.float64), lead).reshape(-1, 1)
     w = w.reshape((-1, k, k))
     n = w + np.swapaxes(w, 1, 2)
     wins = w.sum(axis=2)
     theta = np.zeros(w.shape[:2])
     eye = np.eye(k)
+    # Without a prior the likelihood is flat along each group's common shift: a rank-one term per
+    # group makes the Newton system regular without changing the fit (the shift is centred away).
+    gauge = same_group(w) * (prior[:, :, None] == 0) / k
     for _ in range(max_iter):
         p = 1.0 / (1.0 + np.exp(theta[:, None, :] - theta[:, :, None]))  # P(i beats j)
         s = 1.0 / (1.0 + np.exp(-theta))  # P(i beats the reference)
         grad = wins - (n * p).sum(axis=2) + prior * (0.5 - s)
         info = n * p * (1 - p)
-        hess = info - eye * (info.sum(axis=2) + prior * s * (1 - s))[:, :, None]
+        diag = info.sum(axis=2) + prior * s * (1 - s)
+        hess = info - eye * diag[:, :, None] - gauge * diag.mean(axis=1)[:, None, None]
         step = np.linalg.solve(hess, -grad[:, :, None])[:, :, 0]
         biggest = np.abs(step).max(axis=1, keepdims=True)
         theta = theta + step * np.minimum(1.0, 2.0 / np.maximum(biggest, 1e-300))
@@ -206,7 +272,7 @@ def to_elo(theta: np.ndarray, scale: float = 400.0, base: float = 10.0, init: fl
 
 
 def bootstrap(
-    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float = PRIOR
+    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float | None = None
 ) -> np.ndarray:
     """Log-strengths of ``rounds`` bootstrap resamples of the battles, float64[rounds, K].
 
@@ -245,7 +311,7 @@ def rate(
     base: float = 10.0,
     init: float = 1000.0,
     anchor: tuple[str, float] | None = None,
-    prior: float = PRIOR,
+    prior: float | None = None,
     fold_names: bool = False,
 ) -> RatingReport:
     """Ratings with bootstrap CIs (best first), the win-rate and battle-count matrices, warnings.
