@@ -1,9 +1,10 @@
 """How the next iteration's compute is shared among targets (ModelArena).
 
-A target's *learning rate* is its eval-accuracy gain per unit of compute over the last
+A target's *learning rate* is its validation-accuracy gain per unit of compute over the last
 ``window`` iterations: (acc[k] - acc[k-window]) / compute spent in between (training steps, or
-steps x parameters). With ``signal: loss`` the same is computed on minus the eval loss of the
-reference answers, which moves while exact-match accuracy is still flat. Policies turn the rates
+steps x parameters). With ``signal: loss`` the same is computed on minus the validation loss of
+the reference answers, which moves while exact-match accuracy is still flat. The validation
+split steers; the eval split is only reported. Policies turn the rates
 into shares of the total training steps and battles:
 
 - ``uniform``: equal shares (the rates are still recorded);
@@ -46,7 +47,7 @@ class Allocation:
 
 def learning_rates(accuracy: dict[str, list[float]], compute: dict[str, list[float]], window: int) -> dict[str, float]:
     """Per target: accuracy gain per unit of compute over the last ``window`` iterations.
-    ``accuracy[t][i]`` is the eval accuracy after iteration i (0 = baseline); ``compute[t][i]``
+    ``accuracy[t][i]`` is the validation accuracy after iteration i (0 = baseline); ``compute[t][i]``
     the compute spent in iteration i (0 for the baseline)."""
     rates = {}
     for t, acc in accuracy.items():

@@ -83,6 +83,26 @@ def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
     if not path.is_file():
         raise BattleLogError(f"{path}: no such file")
     suffix = path.suffix.lower()
+    try:
+        rows = _rows(path, suffix)
+    except BattleLogError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:  # pyarrow's errors are ValueErrors/OSErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BattleLogError(f"{path}: cannot be read as {suffix.lstrip('.') or 'a battle log'}: {first}") from None
+    good: list[ArenaBattle] = []
+    bad: list[BadRow] = []
+    for where, row in rows:
+        checked = _check(row) if not isinstance(row, str) else row
+        if isinstance(checked, str):
+            bad.append(BadRow(where, checked))
+        else:
+            good.append(checked)
+    return good, bad
+
+
+def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
+    """(where, row or the reason it is bad) of every row, by the file's format."""
     rows: list[tuple[str, Any]] = []
     if suffix in (".jsonl", ".ndjson"):
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
@@ -113,15 +133,7 @@ def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
         rows = [(f"row {n}", r) for n, r in enumerate(table.to_pylist(), 1)]
     else:
         raise BattleLogError(f"{path}: unknown format {suffix!r}; use .jsonl, .json, .csv or .parquet")
-    good: list[ArenaBattle] = []
-    bad: list[BadRow] = []
-    for where, row in rows:
-        checked = _check(row) if not isinstance(row, str) else row
-        if isinstance(checked, str):
-            bad.append(BadRow(where, checked))
-        else:
-            good.append(checked)
-    return good, bad
+    return rows
 
 
 def read_reference(path: str | Path) -> dict[str, float]:

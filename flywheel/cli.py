@@ -13,7 +13,6 @@ import typer
 from flywheel import reports
 from flywheel.config import ConfigError, load_config
 from flywheel.store import RunLockedError, read_json
-from flywheel.world import local_model_problems
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
 # still override each of them. Offline mode is not forced here (a hub model id in `path:` must
@@ -51,16 +50,7 @@ def run(
         fail(str(e))
     if resume is not None and not (resume / "config.yaml").is_file():
         fail(f"--resume {resume}: not a run directory (no config.yaml)")
-    missing = local_model_problems(cfg) if resume is None else []
-    if missing:
-        fail("; ".join(missing))
-    if resume is None and cfg.world.prompt_pools:
-        from flywheel.world import world_pools
-
-        try:  # a bad pool fails here, before a run directory exists
-            world_pools(cfg.world)
-        except (OSError, ValueError) as e:
-            fail(str(e))
+    _refuse_problems(load_config(resume / "config.yaml") if resume is not None else cfg)
     import logging
 
     from flows.flywheel_flow import run_flywheel
@@ -71,6 +61,30 @@ def run(
     except (RunLockedError, FileExistsError) as e:
         fail(str(e))
     _print_result(Path(run_dir))
+
+
+def _refuse_problems(cfg) -> None:
+    """Stop before anything is written if the config cannot run: one ``error:`` line per problem."""
+    from flywheel.checks import problems
+
+    found = problems(cfg)
+    if found:
+        fail("\nerror: ".join(found))
+
+
+@app.command()
+def check(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+) -> None:
+    """Check a config without running it: fields, player kinds, API keys, model paths, chat
+    templates, judge functions and prompt pools. Exit 0 when it is ready to run, 2 otherwise."""
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    _refuse_problems(cfg)
+    typer.echo(f"ok: {config or 'the embedded default'} is ready to run")
 
 
 def _print_result(run_dir: Path) -> None:
@@ -447,6 +461,8 @@ def data_ingest(
         prompts += got.prompts
         bad += got.bad
         dups += got.duplicates
+    if not prompts:
+        fail(f"no prompts in {', '.join(map(str, files))}: {len(bad)} bad row(s), {dups} duplicate(s)")
     cats: dict[str, int] = {}
     for p in prompts:
         cats[p.category] = cats.get(p.category, 0) + 1

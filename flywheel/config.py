@@ -46,7 +46,10 @@ class TaskSuiteConfig(Strict):
     categories: list[str] = Field(list(CATEGORIES), min_length=1, description="Task categories.")
     levels: list[int] = Field([1, 2, 3], min_length=1, description="Difficulty levels (1-3).")
     train_per_cell: int = Field(250, ge=1, description="Train-pool prompts per category x level.")
-    eval_per_cell: int = Field(20, ge=1, description="Held-out eval prompts per category x level.")
+    eval_per_cell: int = Field(20, ge=1, description="Held-out eval prompts per category x level (reported only; "
+                               "nothing that steers a run reads them).")
+    val_per_cell: int = Field(10, ge=1, description="Validation prompts per category x level, taken out of the train "
+                              "pool: what steers a run (allocation signals, merge weights) reads them.")
     seed: int = Field(1234, description="Seed of the suite; fixed so every run sees one split.")
 
     @model_validator(mode="after")
@@ -335,8 +338,8 @@ class AllocateConfig(Strict):
     compute: Literal["steps", "params"] = Field("steps", description="Unit of compute in the learning rate: "
                                                 "training steps, or steps x parameters.")
     signal: Literal["accuracy", "loss"] = Field(
-        "accuracy", description="What a learning rate measures the gain of: eval accuracy (any target), or the "
-        "drop of the eval loss on reference answers (local transformers targets; smoother, it moves first).")
+        "accuracy", description="What a learning rate measures the gain of: validation accuracy (any target), or "
+        "the drop of the validation loss on reference answers (local transformers targets; smoother, it moves first).")
     smoothing: float = Field(0.5, ge=0, lt=1, description="proportional: weight of the previous share.")
     floor: float = Field(0.05, ge=0, lt=1, description="proportional: the least share a target gets.")
     halving_every: int = Field(1, ge=1, description="successive-halving: iterations between drops.")
@@ -354,7 +357,7 @@ class AllocateConfig(Strict):
                                   "gets (it still answers eval prompts with no training share).")
     merge_strength: float = Field(0.5, ge=0, le=1, description="federated: how far each target moves to the "
                                   "weighted average (0 = not at all, 1 = every target becomes the average).")
-    merge_temperature: float = Field(0.05, gt=0, description="federated: merge weights are a softmax of eval "
+    merge_temperature: float = Field(0.05, gt=0, description="federated: merge weights are a softmax of validation "
                                      "accuracy / this (lower = the best target dominates).")
 
 
@@ -399,7 +402,7 @@ class FlywheelConfig(Strict):
         if self.allocate.signal == "loss":
             remote = [p.name for p in self.targets if p.kind != "transformers"]
             if remote:
-                raise ValueError(f"allocate.signal: loss needs local transformers targets (eval loss on the "
+                raise ValueError(f"allocate.signal: loss needs local transformers targets (validation loss on the "
                                  f"reference answers); not: {', '.join(remote)}")
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")

@@ -2,7 +2,7 @@
 
 After every target has trained its version k on its own battles, targets whose checkpoints
 hold the same tensors (names, shapes and dtypes: full checkpoints, or LoRA adapters of the same
-rank on the same modules) are averaged. Each target's weight is a softmax of its latest eval
+rank on the same modules) are averaged. Each target's weight is a softmax of its latest validation
 accuracy over ``merge_temperature`` (the better target pulls the average toward itself), and
 each target keeps ``1 - merge_strength`` of its own weights:
 

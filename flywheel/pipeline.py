@@ -24,7 +24,7 @@ import numpy as np
 
 from flywheel import merging, reports
 from flywheel.allocation import allocate
-from flywheel.arena import judge_pending, judge_shard, play, play_shard, read_plan, write_plan
+from flywheel.arena import generate_cached, judge_pending, judge_shard, play, play_shard, read_plan, write_plan
 from flywheel.config import FlywheelConfig, dump_config
 from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
 from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
@@ -50,14 +50,15 @@ class Context:
     roster: Roster = field(init=False)
     train_pool: list[Prompt] = field(init=False)
     eval_split: list[Prompt] = field(init=False)
+    validation: list[Prompt] = field(init=False)
 
     def __post_init__(self) -> None:
         self.roster = Roster(self.cfg, self.store)
-        self.train_pool, self.eval_split = world_pools(self.cfg.world)
+        self.train_pool, self.eval_split, self.validation = world_pools(self.cfg.world)
 
     @functools.cached_property
     def prompts(self) -> dict[str, Prompt]:
-        return {p.id: p for p in self.train_pool + self.eval_split}
+        return {p.id: p for p in self.train_pool + self.eval_split + self.validation}
 
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
@@ -131,6 +132,7 @@ def _manifest(ctx: Context) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[pkg] = None
     eval_hash = stable_id(*sorted(p.text for p in ctx.eval_split))
+    val_hash = stable_id(*sorted(p.text for p in ctx.validation))
     train_hash = stable_id(*sorted(p.text for p in ctx.train_pool))
     return {
         "run_id": ctx.cfg.run.name,
@@ -138,7 +140,8 @@ def _manifest(ctx: Context) -> dict[str, Any]:
         "packages": versions,
         "seeds": {"run": ctx.cfg.run.seed, "world": ctx.cfg.world.seed, "tasks": ctx.cfg.world.tasks.seed},
         "inputs": {"train_pool": {"prompts": len(ctx.train_pool), "hash": train_hash},
-                   "eval_split": {"prompts": len(ctx.eval_split), "hash": eval_hash}},
+                   "eval_split": {"prompts": len(ctx.eval_split), "hash": eval_hash},
+                   "validation_split": {"prompts": len(ctx.validation), "hash": val_hash}},
         "players": {n: ctx.roster.path(n) for n in ctx.roster.targets + ctx.roster.opponents},
         "timings": {},
     }
@@ -393,8 +396,9 @@ def rate(ctx: Context, k: int) -> dict[str, Any]:
 def curate_stage(ctx: Context, k: int) -> dict[str, Any]:
     """Turn this iteration's judged battles into SFT and DPO datasets on disk."""
     eval_texts = {p.text for p in ctx.eval_split}
+    held_out = eval_texts | {p.text for p in ctx.validation}  # neither split may reach training data
     battles = ctx.store.battles(k, "train")
-    no_train = eval_texts | {" ".join(t.split()) for t in eval_texts}  # whitespace variants too
+    no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
     cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
     d = ctx.store.iter_dir(k)
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
@@ -496,7 +500,7 @@ def merge_stage(ctx: Context, k: int) -> dict[str, Any]:
     before = (stage_result(ctx.store, k - 1, "evaluate") or {}).get("eval", {})
     report = []
     for group in merging.groups(sources):
-        acc = {t: before.get(current_version(ctx, t, k), {}).get("accuracy") or 0.0 for t in group}
+        acc = {t: standing(before.get(current_version(ctx, t, k), {}), "accuracy") or 0.0 for t in group}
         weights = merging.performance_weights(acc, a.merge_temperature)
         merging.merge_group({t: sources[t] for t in group}, weights, a.merge_strength, {t: outputs[t] for t in group})
         report.append({"targets": group, "weights": {t: round(w, 6) for t, w in weights.items()},
@@ -567,9 +571,10 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
                     "elo": r.rating if r else None, "elo_ci": [r.lower, r.upper] if r else None,
                     "elo_by_subset": {name: next((x["rating"] for x in rows if x["model"] == m), None)
                                       for name, rows in subsets.items()}}
-    for v in versions:  # local targets: the loss on the reference answers too (allocate.signal loss)
+    for v in versions:  # local targets: the loss on the reference answers too (reported)
         if ctx.roster.config(v).kind == "transformers":
             evals[v]["eval_loss"] = ctx.roster.player(v).reference_loss(ctx.eval_split)  # type: ignore[attr-defined]
+        evals[v]["validation"] = validate(ctx, v, k)
     rows = [r.to_dict() for r in board]
     atomic_write_json(ctx.store.root / "ratings" / f"{iter_name(k)}.json", rows)
     atomic_write_text(ctx.store.root / "ratings" / f"{iter_name(k)}.md",
@@ -578,6 +583,31 @@ def evaluate(ctx: Context, k: int) -> dict[str, Any]:
     history[str(k)] = rows
     atomic_write_json(ctx.store.root / "ratings" / "history.json", history)
     return {"eval": evals, "leaderboard": rows}
+
+
+def validate(ctx: Context, version: str, k: int) -> dict[str, Any]:
+    """A target version's accuracy on the validation split (and, for local transformers targets,
+    the loss of its reference answers): what steers the run, never the eval split."""
+    answers = generate_cached(ctx.roster, ctx.store, version, ctx.validation, k, "validation")
+    acc, by_cat = accuracy({pid: g.text for pid, g in answers.items() if g.ok}, ctx.validation, ctx.correct)
+    out: dict[str, Any] = {"prompts": len(ctx.validation), "accuracy": acc, "accuracy_by_category": by_cat}
+    if ctx.roster.config(version).kind == "transformers":
+        out["loss"] = ctx.roster.player(version).reference_loss(ctx.validation)  # type: ignore[attr-defined]
+    return out
+
+
+def standing(evaluation: dict[str, Any], measure: str) -> float | None:
+    """A version's standing for steering: its validation ``accuracy``, or minus its validation
+    ``loss``. Run directories made before the validation split existed have only the eval
+    split's figures, and those are used for them."""
+    val = evaluation.get("validation")
+    if val is None:
+        value = evaluation.get("accuracy" if measure == "accuracy" else "eval_loss")
+    else:
+        value = val.get(measure)
+    if value is None:
+        return None
+    return value if measure == "accuracy" else -value
 
 
 def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, str]]) -> dict[str, list[dict]]:
@@ -622,7 +652,7 @@ def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
         ev = (stage_result(ctx.store, i, "evaluate") or {}).get("eval", {})
         tr = (stage_result(ctx.store, i, "train") or {}) if i > 0 else {}
         for t in ctx.roster.targets:
-            value = _progress(ev.get(versioned(t, i), {}), ctx.cfg.allocate.signal)
+            value = standing(ev.get(versioned(t, i), {}), ctx.cfg.allocate.signal)
             if value is not None:
                 progress[t].append(value)
                 steps = tr.get(t, {}).get("steps", 0)
@@ -631,14 +661,6 @@ def allocate_stage(ctx: Context, k: int) -> dict[str, Any]:
     alloc = allocate(ctx.cfg.allocate, ctx.roster.targets, ctx.cfg.train.steps,
                      ctx.cfg.select.battles_per_iteration, progress, compute, previous)
     return alloc.to_dict()
-
-
-def _progress(evaluation: dict[str, Any], signal: str) -> float | None:
-    """A version's standing for learning rates: its accuracy, or minus its eval loss."""
-    if signal == "accuracy":
-        return evaluation.get("accuracy")
-    loss = evaluation.get("eval_loss")
-    return None if loss is None else -loss
 
 
 @functools.lru_cache(maxsize=64)

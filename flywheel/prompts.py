@@ -116,7 +116,14 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
         raise FileNotFoundError(f"{path}: no such file")
     seen = set() if seen is None else seen
     out = Ingested()
-    for where, row in _rows(path):
+    try:
+        rows = _rows(path)
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:  # pyarrow's errors are ValueErrors/OSErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"{path}: cannot be read as {path.suffix.lstrip('.') or 'a prompt file'}: {first}") from None
+    if not rows:
+        raise ValueError(f"{path}: empty: no prompts")
+    for where, row in rows:
         if isinstance(row, Exception):
             out.bad.append((where, str(row)))
             continue

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.store import atomic_write_dir
+from flywheel.store import save_checkpoint
 
 log = logging.getLogger("flywheel")
 
@@ -96,13 +96,7 @@ def convert_gguf(gguf: Path, out: Path, source: str | None = None, force: bool =
     lineage = {"source": source or str(gguf), "gguf_file": gguf.name, "gguf_sha256": digest,
                "dtype": "float32", "architecture": type(model).__name__,
                "chat_template": tokenizer.chat_template is not None}
-
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / LINEAGE).write_text(json.dumps(lineage, indent=2) + "\n", encoding="utf-8")
-
-    atomic_write_dir(out, fill)
+    save_checkpoint(model, tokenizer, out, extra={LINEAGE: json.dumps(lineage, indent=2) + "\n"})
     if tokenizer.chat_template is None:
         log.warning("%s has no chat template: it will be asked in raw text", out)
     log.info("converted %s to %s in %.1fs", gguf.name, out, time.perf_counter() - t0)

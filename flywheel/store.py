@@ -79,12 +79,15 @@ def atomic_write_dir(out: Path, fill: Callable[[Path], None]) -> None:
     tmp.rename(out)
 
 
-def save_checkpoint(model, tokenizer, out: Path) -> None:
-    """``save_pretrained`` a model and its tokenizer atomically: a temporary directory, then a rename."""
+def save_checkpoint(model, tokenizer, out: Path, extra: dict[str, str] | None = None) -> None:
+    """``save_pretrained`` a model and its tokenizer (and ``extra`` files: name -> text)
+    atomically: a temporary directory, then a rename."""
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
 
     atomic_write_dir(out, fill)
 

@@ -1,8 +1,9 @@
 """The embedded world's task suite: procedurally generated, verifiable prompts.
 
 Each category has difficulty levels 1..3. A prompt is a short string that ends in ``=``; its
-reference answer is what a perfect model writes after it. The train pool and the held-out eval
-split are drawn from one seeded generator and never share a prompt text.
+reference answer is what a perfect model writes after it. The train pool, the validation split
+(what steers a run) and the held-out eval split (reported only) are drawn from one seeded
+generator and never share a prompt text.
 """
 
 from __future__ import annotations
@@ -84,6 +85,21 @@ def make_prompt(text: str, answer: str, category: str, level: int, split: str) -
         reference=answer,
         split=split,
     )
+
+
+def take_validation(train: list[Prompt], val_per_cell: int) -> tuple[list[Prompt], list[Prompt]]:
+    """(train, validation): ``val_per_cell`` prompts of every (category, level) cell of ``train``,
+    chosen by a hash of their ids (so the choice does not depend on the order), move to the
+    validation split; the rest stays in train."""
+    if val_per_cell <= 0:
+        return train, []
+    cells: dict[tuple[str, int], list[Prompt]] = {}
+    for p in train:
+        cells.setdefault((p.category, p.level), []).append(p)
+    chosen = {p.id for ps in cells.values()
+              for p in sorted(ps, key=lambda p: stable_id("validation", p.id))[: min(val_per_cell, len(ps) // 2)]}
+    validation = [Prompt(p.id, p.text, p.category, p.level, p.reference, "validation") for p in train if p.id in chosen]
+    return [p for p in train if p.id not in chosen], validation
 
 
 def build_suite(

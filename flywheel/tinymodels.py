@@ -8,6 +8,7 @@ classes, exactly like a hub checkpoint would.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import string
@@ -17,9 +18,9 @@ from pathlib import Path
 import torch
 
 from flywheel.config import ModelSpec, WorldConfig
-from flywheel.records import Prompt
+from flywheel.records import Prompt, stable_id
 from flywheel.store import save_checkpoint
-from flywheel.tasks import build_suite
+from flywheel.tasks import build_suite, take_validation
 
 log = logging.getLogger("flywheel")
 
@@ -110,11 +111,35 @@ def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: 
     return loss_value
 
 
-def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = None) -> list[Path]:
-    """Build and pre-train every model of ``world`` that is missing; returns their directories.
+MADE_WITH = "flywheel-model.json"
 
-    Pre-training uses the train pool only (never the eval split), is deterministic under
-    ``world.seed``, and each model is written atomically (tmp dir, then rename).
+
+def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
+    """What a pre-trained model depends on: the task suite (its splits), the model's spec, the
+    batch size and the seed. Stored with the model as ``flywheel-model.json``."""
+    made = {"tasks": world.tasks.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
+            "batch_size": world.batch_size, "seed": seed}
+    return {"kind": "tiny", "fingerprint": stable_id(json.dumps(made, sort_keys=True)), "made_with": made}
+
+
+def _stale(out: Path, want: dict) -> str | None:
+    """Why the model at ``out`` must be rebuilt (None: it is current)."""
+    path = out / MADE_WITH
+    if not path.is_file():
+        return "it records no fingerprint (built by an older version)"
+    have = json.loads(path.read_text(encoding="utf-8"))
+    if have.get("fingerprint") != want["fingerprint"]:
+        return f"it was pre-trained on another suite or settings (fingerprint {have.get('fingerprint')} != {want['fingerprint']})"
+    return None
+
+
+def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = None) -> list[Path]:
+    """Build and pre-train every model of ``world`` that is missing or stale; returns their directories.
+
+    Pre-training uses the train pool only (never the validation or eval split), is deterministic
+    under ``world.seed``, and each model is written atomically (tmp dir, then rename) with its
+    fingerprint (``flywheel-model.json``). A model whose fingerprint does not match the suite and
+    settings it would be built with now is rebuilt, and the log says why.
     """
     train, _ = build_suite(
         world.tasks.seed,
@@ -123,14 +148,19 @@ def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = 
         world.tasks.categories,
         world.tasks.levels,
     )
+    train, _ = take_validation(train, world.tasks.val_per_cell)
     world.models_dir.mkdir(parents=True, exist_ok=True)
     made = []
     for i, spec in enumerate(world.models):
         if only and spec.name not in only:
             continue
         out = world.models_dir / spec.name
+        stamp = fingerprint(world, spec, world.seed + i)
         if out.exists() and not force:
-            continue
+            why = _stale(out, stamp)
+            if why is None:
+                continue
+            log.info("rebuilding %s: %s", out, why)
         pool = [p for p in train if p.category in spec.categories]
         if not pool:
             raise ValueError(f"model {spec.name}: no train prompts in categories {spec.categories}")
@@ -138,7 +168,7 @@ def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = 
         tokenizer = build_tokenizer()
         model = build_model(spec, len(tokenizer), seed=world.seed + i)
         loss = pretrain(model, tokenizer, pool, spec, world.batch_size, seed=world.seed + i)
-        save_checkpoint(model, tokenizer, out)
+        save_checkpoint(model, tokenizer, out, extra={MADE_WITH: json.dumps(stamp, indent=2) + "\n"})
         log.info("bootstrapped %s: %d steps, loss %.3f, %.1fs", spec.name, spec.steps, loss, time.perf_counter() - t0)
         made.append(out)
     return made

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from flywheel.allocation import equal, gpu_memory_shares
 from flywheel.chat import template_hash, template_of, uses_chat
@@ -12,60 +13,48 @@ from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, World
 from flywheel.players import Player, SamplingParams, create_player
 from flywheel.records import Prompt, stable_id
 from flywheel.store import RunStore, read_json
-from flywheel.tasks import build_suite
+from flywheel.tasks import build_suite, take_validation
+
+
+class Splits(NamedTuple):
+    """The three disjoint prompt splits: ``train`` (battles), ``eval`` (reported only) and
+    ``validation`` (what steers a run: allocation signals, merge weights)."""
+
+    train: list[Prompt]
+    eval: list[Prompt]
+    validation: list[Prompt]
 
 
 @functools.lru_cache(maxsize=4)
-def _suite(seed: int, train_per_cell: int, eval_per_cell: int, cats: tuple, levels: tuple):
-    return build_suite(seed, train_per_cell, eval_per_cell, cats, levels)
+def _suite(seed: int, train_per_cell: int, eval_per_cell: int, val_per_cell: int, cats: tuple, levels: tuple) -> Splits:
+    train, evals = build_suite(seed, train_per_cell, eval_per_cell, cats, levels)
+    train, validation = take_validation(train, val_per_cell)
+    return Splits(train, evals, validation)
 
 
-def prompt_pools(tasks: TaskSuiteConfig) -> tuple[list[Prompt], list[Prompt]]:
-    """(train pool, eval split) of the embedded task suite."""
-    return _suite(tasks.seed, tasks.train_per_cell, tasks.eval_per_cell, tuple(tasks.categories), tuple(tasks.levels))
+def prompt_pools(tasks: TaskSuiteConfig) -> Splits:
+    """The embedded task suite's three splits."""
+    return _suite(tasks.seed, tasks.train_per_cell, tasks.eval_per_cell, tasks.val_per_cell, tuple(tasks.categories),
+                  tuple(tasks.levels))
 
 
-def world_pools(world: WorldConfig) -> tuple[list[Prompt], list[Prompt]]:
-    """(train pool, eval split): the task suite plus the user prompt pools. A pool prompt that
-    repeats an eval or earlier prompt is dropped; a bad row fails with its file and line unless
-    the pool says ``skip_bad``."""
+def world_pools(world: WorldConfig) -> Splits:
+    """The task suite's splits, the user prompt pools added to train. A pool prompt that repeats
+    an eval, validation or earlier prompt is dropped; a bad row fails with its file and line
+    unless the pool says ``skip_bad``."""
     from flywheel.prompts import bad_rows_message, ingest
 
-    train, evals = prompt_pools(world.tasks)
+    train, evals, validation = prompt_pools(world.tasks)
     if not world.prompt_pools:
-        return train, evals
-    seen = {" ".join(p.text.split()) for p in train + evals}
+        return Splits(train, evals, validation)
+    seen = {" ".join(p.text.split()) for p in train + evals + validation}
     train = list(train)
     for pool in world.prompt_pools:
         got = ingest(pool.path, pool.layout, pool.category, True, seen)
         if got.bad and not pool.skip_bad:
             raise ValueError(f"prompt pool {pool.path}: {bad_rows_message(got.bad)}")
         train += got.prompts
-    return train, evals
-
-
-def local_model_problems(cfg: FlywheelConfig) -> list[str]:
-    """One line per local player (transformers, vllm; judges too) that cannot load as configured:
-    a ``path`` naming a local directory that does not exist, or ``chat: on`` for a checkpoint
-    without a chat template. A hub id (``org/name``, exactly one slash) is left to the loader;
-    the embedded world's own models are built by the run (``flywheel bootstrap``)."""
-    from flywheel.realmodels import KNOWN
-
-    players = cfg.targets + cfg.opponents + ([cfg.judge.player] if cfg.judge.player else []) + cfg.judge.panel
-    out = []
-    for pc in players:
-        if pc.kind not in ("transformers", "vllm") or not pc.path:
-            continue
-        path = Path(pc.path)
-        if not path.exists():
-            if pc.path.count("/") == 1 and not pc.path.startswith((".", "/", "~")):
-                continue  # org/name on the hub
-            hint = f" (make it: flywheel models add {path.name})" if path.name in KNOWN else ""
-            out.append(f"player {pc.name}: path {pc.path} does not exist{hint}")
-        elif pc.chat == "on" and template_of(path) is None:
-            out.append(f"player {pc.name}: chat is 'on' but {pc.path} has no chat template "
-                       "(set chat: auto to ask it in raw text)")
-    return out
+    return Splits(train, evals, validation)
 
 
 def versioned(name: str, k: int) -> str:

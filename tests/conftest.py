@@ -30,6 +30,10 @@ TINY_MODELS = [
     {"name": "generalist", "steps": 40, "n_embd": 32},
 ]
 
+# The suite of the tiny runs; the session's models are pre-trained on it (a model built on another
+# suite would be rebuilt by a run: its fingerprint would not match).
+TINY_TASKS = {"train_per_cell": 30, "eval_per_cell": 2, "val_per_cell": 2}
+
 
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory) -> Path:
@@ -39,7 +43,7 @@ def tiny_models_dir(tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("models")
     bootstrap(WorldConfig(models_dir=d, models=[ModelSpec(**m) for m in TINY_MODELS],
-                          tasks={"train_per_cell": 30, "eval_per_cell": 2}))
+                          tasks=TINY_TASKS))
     return d
 
 
@@ -48,7 +52,7 @@ def tiny_tree(models_dir: Path, runs_root: Path, **over) -> dict:
     tree = {
         "run": {"root": str(runs_root), "iterations": 2, "shard_size": 16},
         "world": {"models_dir": str(models_dir), "models": TINY_MODELS,
-                  "tasks": {"train_per_cell": 30, "eval_per_cell": 2}},
+                  "tasks": dict(TINY_TASKS)},
         "select": {"battles_per_iteration": 48},
         "rating": {"bootstrap_rounds": 20},
         "train": {"steps": 4, "batch_size": 8},

@@ -294,11 +294,15 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
     assert warm["shares"] == pytest.approx({"fast": 1 / 3, "mid": 1 / 3, "slow": 1 / 3}, abs=1e-5)
     assert acting["acting"] and sum(acting["shares"].values()) == pytest.approx(1.0, abs=1e-5)
     assert min(acting["shares"].values()) >= 0.1 - 1e-9 and set(acting["learning_rates"]) == {"fast", "mid", "slow"}
-    # signal loss: a learning rate is the drop of the eval loss per training step
-    loss = {t: [e["eval"][f"{t}@{e['iteration']}"]["eval_loss"] for e in summary["iterations"]] for t in ("fast", "mid", "slow")}
+    # signal loss: a learning rate is the drop of the *validation* loss per training step (the eval
+    # split is only reported: its loss is recorded too, and it is not what the rate follows)
+    loss = {t: [e["eval"][f"{t}@{e['iteration']}"]["validation"]["loss"] for e in summary["iterations"]]
+            for t in ("fast", "mid", "slow")}
+    eval_loss = [e["eval"][f"fast@{e['iteration']}"]["eval_loss"] for e in summary["iterations"]]
+    assert eval_loss[0] - eval_loss[1] != pytest.approx(loss["fast"][0] - loss["fast"][1], rel=1e-3)
     steps = {t: summary["iterations"][1]["train_steps"][t] for t in loss}
     assert acting["learning_rates"]["fast"] == pytest.approx((loss["fast"][0] - loss["fast"][1]) / steps["fast"], rel=1e-3)
-    assert loss["fast"][1] < loss["fast"][0] and loss["slow"][1] == pytest.approx(loss["slow"][0], abs=0.05)
+    assert loss["fast"][1] < loss["fast"][0] and loss["slow"][0] - loss["slow"][1] < loss["fast"][0] - loss["fast"][1]
     for k, alloc in ((1, warm), (2, acting)):  # battles and training steps per target follow the shares
         plan = read_plan(RunStore(root), k)
         per_target = {t: sum(1 for s in plan if f"{t}@{k - 1}" in (s.model_a, s.model_b)) for t in ("fast", "mid", "slow")}

@@ -38,6 +38,26 @@ def test_bootstrap_is_deterministic_and_reloads_with_auto_classes(tmp_path):
     assert bootstrap(worlds[0]) == []  # present models are not rebuilt
 
 
+def test_a_model_remembers_its_suite_and_is_rebuilt_when_it_changed(tmp_path, caplog):
+    import json
+    import logging
+
+    spec = [ModelSpec(name="m", steps=2, n_embd=16)]
+    tasks = {"train_per_cell": 10, "eval_per_cell": 2, "val_per_cell": 2}
+    world = WorldConfig(models_dir=tmp_path, models=spec, tasks=tasks)
+    assert bootstrap(world) == [tmp_path / "m"]
+    made = json.loads((tmp_path / "m" / "flywheel-model.json").read_text())
+    assert made["made_with"]["tasks"]["eval_per_cell"] == 2 and made["made_with"]["model"]["steps"] == 2
+    assert bootstrap(world) == []  # same suite and settings: kept
+    other = WorldConfig(models_dir=tmp_path, models=spec, tasks={**tasks, "eval_per_cell": 3})
+    with caplog.at_level(logging.INFO, logger="flywheel"):
+        assert bootstrap(other) == [tmp_path / "m"]  # another eval split: its pool changed, so it is rebuilt
+    assert "rebuilding" in caplog.text and "another suite or settings" in caplog.text
+    assert json.loads((tmp_path / "m" / "flywheel-model.json").read_text())["fingerprint"] != made["fingerprint"]
+    (tmp_path / "m" / "flywheel-model.json").unlink()  # a model from before fingerprints
+    assert bootstrap(other) == [tmp_path / "m"]
+
+
 def test_batched_left_padded_generation_matches_one_by_one(tiny_models_dir):
     _, evals = build_suite(1234, 30, 2)
     prompts = evals[:12]  # prompts of different lengths, so the batch is padded

@@ -68,12 +68,14 @@ def test_bad_rows_are_named_by_line_and_duplicates_dropped(tmp_path):
 
 def test_pools_join_the_train_pool_without_eval_prompts(tmp_path):
     cfg = FlywheelConfig()
-    train, evals = prompt_pools(cfg.world.tasks)
+    train, evals, validation = prompt_pools(cfg.world.tasks)
     pool = jsonl(tmp_path / "pool.jsonl", [{"prompt": evals[0].text}, {"prompt": train[0].text},
+                                           {"prompt": validation[0].text},
                                            {"prompt": "Explain arena learning", "category": "writing"}])
     cfg = FlywheelConfig.model_validate({"world": {"prompt_pools": [{"path": str(pool)}]}})
-    got_train, got_eval = world_pools(cfg.world)
-    assert got_eval == evals and len(got_train) == len(train) + 1  # the eval and repeated prompts are dropped
+    got_train, got_eval, got_validation = world_pools(cfg.world)
+    assert got_eval == evals and got_validation == validation
+    assert len(got_train) == len(train) + 1  # the eval and repeated prompts are dropped
     assert got_train[-1].text == "Explain arena learning" and got_train[-1].category == "writing"
     jsonl(pool, [{"prompt": "fine"}, "{broken"])
     with pytest.raises(ValueError, match=r"pool.jsonl:2"):
@@ -95,3 +97,17 @@ def test_ingest_command_reports_and_writes_a_pool(tmp_path, cli_env):
     rows = [json.loads(x) for x in (tmp_path / "pool.jsonl").read_text().splitlines()]
     assert [r["prompt"] for r in rows] == ["x", "y"]
     assert [p.text for p in ingest(tmp_path / "pool.jsonl").prompts] == ["x", "y"]  # the pool reads back
+
+
+def test_empty_binary_or_truncated_prompt_files_are_one_line_and_write_nothing(tmp_path, cli_env):
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00\x01 not text")
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 truncated")
+    (tmp_path / "all-bad.jsonl").write_text("{broken\n")
+    for name, why in (("empty.jsonl", "empty: no prompts"), ("binary.jsonl", "cannot be read as jsonl"),
+                      ("broken.parquet", "cannot be read as parquet"), ("all-bad.jsonl", "no prompts in")):
+        cmd = [sys.executable, "-m", "flywheel.cli", "data", "ingest", str(tmp_path / name), "--skip-bad",
+               "--out", str(tmp_path / "out.jsonl")]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=120)
+        assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, (name, p.stderr)
+        assert not (tmp_path / "out.jsonl").exists()

@@ -90,3 +90,14 @@ def test_the_benchmark_runs_and_agrees_at_small_scale():
     from_mle = float(p.stdout.split(" from the anchor, ")[1].split()[0])
     assert from_mle < 0.02 and p.stdout.strip().splitlines()[-1].startswith("ratio: ")
     assert "uniform-0" in p.stdout and "skewed-0" in p.stdout
+
+
+def test_unreadable_battle_logs_are_one_line_not_a_traceback(tmp_path, cli_env):
+    (tmp_path / "log.parquet").write_bytes(b"PAR1 this is not parquet")
+    (tmp_path / "log.jsonl").write_bytes(b"\xff\xfe\x00 binary")
+    (tmp_path / "log.csv").write_bytes(b"\x00\x01\x02")
+    for name, why in (("log.parquet", "cannot be read as parquet"), ("log.jsonl", "cannot be read as jsonl"),
+                      ("log.csv", "the header needs model_a, model_b and winner")):
+        p = run(["rate", str(tmp_path / name)], cli_env, ok=False)
+        assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, (name, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1

@@ -73,13 +73,30 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
     runs = tmp_path / "runs"
     common = ["--set", f"run.root={runs}", "--set", f"world.models_dir={tiny_models_dir}"]
     cases = [(["--set", "targets.0.path=data/models/nothing-here/smollm2"],
-              "error: player student: path data/models/nothing-here/smollm2 does not exist "
+              "error: targets.0 (student): path data/models/nothing-here/smollm2 does not exist "
               "(make it: flywheel models add smollm2)"),
              (["--set", f"targets.0.path={tiny_models_dir / 'student'}", "--set", "targets.0.chat=on"],
-              f"error: player student: chat is 'on' but {tiny_models_dir / 'student'} has no chat template "
-              "(set chat: auto to ask it in raw text)")]
+              f"error: targets.0 (student): chat is 'on' but {tiny_models_dir / 'student'} has no chat template "
+              "(set chat: auto to ask it in raw text)"),
+             (["--set", "opponents.1.kind=transfomers"],
+              "error: opponents.1 (scribe): unknown kind 'transfomers'; did you mean 'transformers'? "
+              "(known: anthropic, openai, transformers, vllm)"),
+             (["--set", "opponents.0.kind=my_pkg.nowhere:Player"],
+              "error: opponents.0 (calc): kind 'my_pkg.nowhere:Player': cannot import 'my_pkg.nowhere': "
+              "No module named 'my_pkg'"),
+             (["--set", "opponents.0={name: gpt, kind: openai, model: m, api_key_env: FLYWHEEL_UNSET_KEY}",
+               "--set", "opponents.1={name: claude, kind: anthropic, model: c}"],
+              "error: opponents.0 (gpt): environment variable FLYWHEEL_UNSET_KEY (api_key_env) is not set\n"
+              "error: opponents.1 (claude): environment variable ANTHROPIC_API_KEY (api_key_env) is not set")]
+    cli_env = {k: v for k, v in cli_env.items() if k not in ("FLYWHEEL_UNSET_KEY", "ANTHROPIC_API_KEY")}
     for args, line in cases:
         p = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *common, *args], capture_output=True,
                            text=True, env=cli_env)
-        assert p.returncode == 2 and p.stderr.strip() == line
+        assert p.returncode == 2 and p.stderr.strip() == line, p.stderr
         assert not runs.exists()
+        check = subprocess.run([sys.executable, "-m", "flywheel.cli", "check", *common, *args], capture_output=True,
+                               text=True, env=cli_env)
+        assert check.returncode == 2 and check.stderr.strip() == line  # `flywheel check` finds the same
+    ok = subprocess.run([sys.executable, "-m", "flywheel.cli", "check", *common], capture_output=True, text=True,
+                        env=cli_env)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: ")
