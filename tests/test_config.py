@@ -71,6 +71,10 @@ def test_the_shipped_recipes_load():
     cfg = load_config(ROOT / "flows/recipes/vllm_api.yaml")
     assert cfg.targets[0].serve_lora and cfg.judge.kind == "llm" and cfg.budget.max_usd == 25.0
     assert {p.kind for p in cfg.opponents} == {"openai", "anthropic"}
+    llm = load_config(ROOT / "flows/recipes/smollm2.yaml")
+    assert llm.targets[0].path == "data/models/smollm2" and llm.train.lora and llm.judge.verifier.extract == "final"
+    assert llm.world.tasks == FlywheelConfig().world.tasks  # the same suite as make demo: shared tiny opponents
+    assert all(p.path.exists() for p in llm.world.prompt_pools)
 
 
 def test_api_players_need_a_model_and_llm_judges_a_player():
