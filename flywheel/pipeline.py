@@ -256,25 +256,26 @@ def shard_count(ctx: Context, k: int, rnd: int) -> int:
 
 def play_round_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
     """Play shard ``i`` of round ``rnd``'s plan into ``battles/<shard name>.parquet``, unless that
-    file exists (a shard is written whole or not at all). Returns the battles played now."""
+    file exists. Returns the battles played now. A shard is written whole or not at all, and its
+    battles (their ids carry the round and the plan index) go to no other file, so nothing else of
+    the log is read: the cost of a shard does not grow with the iteration."""
     ctx = worker_context(run_dir)
     name, size = shard_name(k, rnd, i), ctx.cfg.run.shard_size
     if ctx.store.shard_exists("battles", name):
         return 0
-    have = {b.battle_id for b in ctx.store.battles(k, "train")}
-    todo = [s for s in (read_plan(ctx.store, k, rnd) or [])[i * size:(i + 1) * size] if s.battle_id not in have]
+    todo = (read_plan(ctx.store, k, rnd) or [])[i * size:(i + 1) * size]
     play_shard(ctx.roster, ctx.store, todo, ctx.prompts, name)
     return len(todo)
 
 
 def judge_round_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
-    """Judge the battles of shard ``i`` of round ``rnd`` into ``judgments/<shard name>.parquet``."""
+    """Judge the battles of shard ``i`` of round ``rnd`` into ``judgments/<shard name>.parquet``
+    (their judgments go to no other file, so only this shard's battles are read)."""
     ctx = worker_context(run_dir)
     name = shard_name(k, rnd, i)
     if ctx.store.shard_exists("judgments", name):
         return 0
-    done = ctx.store.judgments(k, "train")
-    todo = [b for b in ctx.store.read_shard("battles", name, Battle) if b.ok and b.battle_id not in done]
+    todo = [b for b in ctx.store.read_shard("battles", name, Battle) if b.ok]
     judge_shard(ctx.judge, ctx.store, todo, k, "train", name)
     return len(todo)
 
