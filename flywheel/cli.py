@@ -96,6 +96,8 @@ def _print_result(run_dir: Path) -> None:
     typer.echo(reports.text_table(rows))
     typer.echo("\nTarget progress on the held-out eval split:\n")
     typer.echo(reports.progress_table(summary))
+    typer.echo("\nEval accuracy by category: every target version next to every opponent:\n")
+    typer.echo(reports.category_table(summary))
     if len(summary.get("targets", [])) > 1:
         typer.echo("\nCompute allocation for the next iteration (ModelArena):\n")
         typer.echo(reports.allocation_lines(summary))

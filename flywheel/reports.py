@@ -107,6 +107,27 @@ def progress_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def category_rows(summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Held-out eval accuracy per category of every target version (by iteration) and of every
+    opponent (as last evaluated): (rows with ``model``, ``overall`` and one column per category,
+    the category columns)."""
+    rows: list[dict[str, Any]] = []
+    for e in summary.get("iterations", []):
+        rows += [{"model": name, "overall": ev["accuracy"], **ev.get("accuracy_by_category", {})}
+                 for name, ev in e.get("eval", {}).items()]
+    last = (summary.get("iterations") or [{}])[-1]
+    rows += [{"model": name, "overall": ev["accuracy"], **ev.get("accuracy_by_category", {})}
+             for name, ev in sorted(last.get("opponents_eval", {}).items())]
+    cats = sorted({c for r in rows for c in r} - {"model", "overall"})
+    return rows, cats
+
+
+def category_table(summary: dict[str, Any]) -> str:
+    """``category_rows`` as a text table: every target version next to every opponent."""
+    rows, cats = category_rows(summary)
+    return text_table(rows, ["model", "overall", *cats]) if rows else ""
+
+
 def usage_lines(summary: dict[str, Any]) -> str:
     """Per player, totals over the run of generations, failures, API calls, retries, tokens, cost."""
     totals: dict[str, dict[str, float]] = {}

@@ -75,6 +75,7 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
     assert SECRET not in proc.stdout + proc.stderr
     assert "FLYWHEEL_SECRET" in (run / "config.yaml").read_text()  # the variable's name is kept
     assert "Judge diagnostics" in proc.stdout and "Usage over the run" in proc.stdout and "cost_usd" in proc.stdout
+    assert "Eval accuracy by category: every target version next to every opponent" in proc.stdout
 
 
 def test_a_served_target_gets_each_version_as_a_lora_adapter(tiny_models_dir, tmp_path, cli_env):

@@ -52,6 +52,20 @@ def test_flow_writes_the_run_directory(finished_run):
     assert manifest["packages"]["trl"] and "iter-0002/train" in manifest["timings"]
 
 
+def test_the_category_table_puts_every_target_version_next_to_every_opponent(finished_run):
+    from flywheel import reports
+
+    summary = json.loads((finished_run.root / "summary.json").read_text())
+    rows, cats = reports.category_rows(summary)
+    assert [r["model"] for r in rows] == ["student@0", "student@1", "student@2", "calc", "generalist", "scribe"]
+    assert cats == sorted(["add", "sub", "mul", "rev", "sort", "count"])
+    last = summary["iterations"][-1]
+    assert rows[2]["overall"] == last["eval"]["student@2"]["accuracy"]
+    assert {c: rows[3][c] for c in cats} == last["opponents_eval"]["calc"]["accuracy_by_category"]
+    table = reports.category_table(summary).splitlines()
+    assert table[0].split() == ["model", "overall", *cats] and len(table) == 2 + len(rows)
+
+
 def test_curated_datasets_open_with_load_from_disk(finished_run):
     root = finished_run.root
     summary = json.loads((root / "summary.json").read_text())
