@@ -25,6 +25,20 @@ def messages(text: str, system: str | None = None) -> list[dict[str, str]]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
 
 
+def raw_prompt(text: str, system: str | None = None) -> str:
+    """What a model without a chat template reads: the system prompt, a blank line, the prompt."""
+    return f"{system}\n\n{text}" if system else text
+
+
+def assistant(text: str) -> list[dict[str, str]]:
+    """An answer as one assistant turn (TRL's conversational completion / chosen / rejected)."""
+    return [{"role": "assistant", "content": text}]
+
+
+# Dataset columns that hold text, or conversations when a target chats.
+TEXT_COLUMNS = ("prompt", "completion", "chosen", "rejected")
+
+
 def template_of(path: str | Path) -> str | None:
     """The chat template saved with a checkpoint (``chat_template.jinja`` or the tokenizer
     config's ``chat_template``), read without loading anything; None if it has none."""

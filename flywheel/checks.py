@@ -56,20 +56,16 @@ def player_problems(where: str, pc: PlayerConfig) -> list[str]:
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = [line for where, pc in players(cfg) for line in player_problems(where, pc)]
-    if cfg.judge.kind == "custom" and cfg.judge.custom:
-        from judges.verifier import load_callable
+    from judges.verifier import load_callable
 
-        try:
-            load_callable(cfg.judge.custom)
-        except ValueError as e:
-            out.append(f"judge.custom: {e}")
-    if cfg.judge.verifier.match == "callable" and cfg.judge.verifier.function:
-        from judges.verifier import load_callable
-
-        try:
-            load_callable(cfg.judge.verifier.function)
-        except ValueError as e:
-            out.append(f"judge.verifier.function: {e}")
+    functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
+                 "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}
+    for field, spec in functions.items():
+        if spec:
+            try:
+                load_callable(spec)
+            except ValueError as e:
+                out.append(f"{field}: {e}")
     if cfg.world.prompt_pools:
         from flywheel.world import world_pools
 

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.chat import messages
+from flywheel.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.config import CurateConfig
 from flywheel.records import Battle, DPOPair, Judgment, SFTExample
 from flywheel.store import atomic_write_dir, atomic_write_text
@@ -78,9 +78,6 @@ def curate(
     return Curated(sft, dpo, dropped)
 
 
-TEXT_COLUMNS = ("prompt", "completion", "chosen", "rejected")
-
-
 def conversational(rows: list, columns: list[str], systems: dict[str, str | None]) -> dict[str, list]:
     """The columns of ``rows`` in TRL's conversational format: ``prompt`` is the conversation that
     asks it (the row's target's system prompt, then the user turn), ``completion`` / ``chosen`` /
@@ -89,7 +86,7 @@ def conversational(rows: list, columns: list[str], systems: dict[str, str | None
     data["prompt"] = [messages(r.prompt, systems.get(r.target)) for r in rows]
     for c in TEXT_COLUMNS[1:]:
         if c in data:
-            data[c] = [[{"role": "assistant", "content": x}] for x in data[c]]
+            data[c] = [assistant(x) for x in data[c]]
     return data
 
 

@@ -14,9 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from flywheel.chat import as_text
-
-TEXT_COLUMNS = ("prompt", "completion", "chosen", "rejected")  # strings, or conversations (chat targets)
+from flywheel.chat import TEXT_COLUMNS, as_text
 
 EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca")
 

@@ -438,16 +438,16 @@ def _training_data(ctx: Context, k: int, kind: str, target: str):
 def shape_for(data, chat: bool, system: str | None):
     """Rows of either format as the target reads them: conversations asked with its own system
     prompt (a chat target; pooled rows may come from another target's battles), or plain text."""
-    from flywheel.chat import as_text, messages
+    from flywheel.chat import TEXT_COLUMNS, as_text, assistant, messages
 
     def row(r: dict) -> dict:
         out = {"prompt": messages(as_text(r["prompt"]), system) if chat else as_text(r["prompt"])}
-        for c in ("completion", "chosen", "rejected"):
+        for c in TEXT_COLUMNS[1:]:
             if c in r:
-                out[c] = [{"role": "assistant", "content": as_text(r[c])}] if chat else as_text(r[c])
+                out[c] = assistant(as_text(r[c])) if chat else as_text(r[c])
         return out
 
-    cols = [c for c in ("prompt", "completion", "chosen", "rejected") if c in data.column_names]
+    cols = [c for c in TEXT_COLUMNS if c in data.column_names]
     return data.select_columns(cols).map(row, remove_columns=cols, keep_in_memory=True)
 
 

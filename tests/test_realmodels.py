@@ -84,6 +84,9 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
              (["--set", "opponents.0.kind=my_pkg.nowhere:Player"],
               "error: opponents.0 (calc): kind 'my_pkg.nowhere:Player': cannot import 'my_pkg.nowhere': "
               "No module named 'my_pkg'"),
+             (["--set", "judge.kind=custom", "--set", "judge.custom=no_such_mod:judge"],
+              "error: judge.custom: kind 'no_such_mod:judge': cannot import 'no_such_mod': "
+              "No module named 'no_such_mod'"),
              (["--set", "opponents.0={name: gpt, kind: openai, model: m, api_key_env: FLYWHEEL_UNSET_KEY}",
                "--set", "opponents.1={name: claude, kind: anthropic, model: c}"],
               "error: opponents.0 (gpt): environment variable FLYWHEEL_UNSET_KEY (api_key_env) is not set\n"

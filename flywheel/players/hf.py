@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from flywheel.chat import cut_at_stop, messages, note_raw_text, uses_chat
+from flywheel.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.players.base import Player, SamplingParams
 from flywheel.records import Generation, Prompt
 
@@ -67,7 +67,7 @@ class TransformersPlayer(Player):
         if self.chat:
             return self.tokenizer.apply_chat_template(messages(prompt.text, self.system_prompt), tokenize=False,
                                                       add_generation_prompt=True)
-        return f"{self.system_prompt}\n\n{prompt.text}" if self.system_prompt else prompt.text
+        return raw_prompt(prompt.text, self.system_prompt)
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
         with LOCAL:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from flywheel.chat import cut_at_stop, messages, note_raw_text, uses_chat
+from flywheel.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.players.base import Player, SamplingParams
 from flywheel.records import Generation, Prompt
 
@@ -35,7 +35,7 @@ class VLLMPlayer(Player):
         if self.chat:
             outs = self.llm.chat([messages(p.text, self.system_prompt) for p in prompts], sampling, use_tqdm=False)
         else:
-            texts = [f"{self.system_prompt}\n\n{p.text}" if self.system_prompt else p.text for p in prompts]
+            texts = [raw_prompt(p.text, self.system_prompt) for p in prompts]
             outs = self.llm.generate(texts, sampling, use_tqdm=False)
         dt = (time.perf_counter() - t0) / max(len(prompts), 1)
         return [Generation(self.name, p.id, cut_at_stop(o.outputs[0].text, params.stop).strip(), None, dt)
