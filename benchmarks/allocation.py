@@ -12,7 +12,8 @@ between iterations; 0 if it never does), median over the seeds.
     python -m benchmarks.allocation [--seeds 0 1 2] [--iterations 4] [--steps 150] [--battles 600]
                                     [--policy selective|proportional|successive-halving] [--signal loss|accuracy]
 
-The stages run as plain functions (what the Prefect tasks wrap), without a Prefect server.
+Iterations run through flywheel.stages.iteration.run_to, as the Prefect flow runs them (every
+stage, the merge included), each stage a plain call, without a Prefect server.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import time
 from pathlib import Path
 
 from benchmarks.bandits import battles_needed
-from flywheel import pipeline
 from flywheel.config import FlywheelConfig
+from flywheel.records import versioned
+from flywheel.stages.context import close_run, open_run
+from flywheel.stages.iteration import run_to
+from flywheel.store import read_json
 from flywheel.tinymodels import bootstrap
-from flywheel.world import forget_players, versioned
 
 TARGETS = [("fast", 3e-3), ("mid", 6e-4), ("slow", 1e-4)]
 
@@ -44,28 +47,13 @@ def run_once(policy: str, seed: int, args: argparse.Namespace, root: Path) -> li
         "rating": {"bootstrap_rounds": 0},
         "allocate": {"policy": policy, "signal": args.signal},
     })
-    ctx = pipeline.open_run(cfg)
+    ctx = open_run(cfg)
     try:
-        pipeline.evaluate(ctx, 0)
-        pipeline.allocate_stage(ctx, 0)
-        pipeline.record_iteration(ctx, 0, 0.0)
-        for k in range(1, args.iterations + 1):
-            plan = pipeline.stage_result(ctx.store, k - 1, "allocate")
-            for rnd in range(1, cfg.select.rounds + 1):
-                pipeline.select(ctx, k, rnd, plan["battles"])
-                pipeline.battle(ctx, k, rnd)
-                pipeline.judge(ctx, k, rnd)
-            pipeline.rate(ctx, k)
-            pipeline.curate_stage(ctx, k)
-            pipeline.train(ctx, k, plan["train_steps"])
-            forget_players()
-            pipeline.evaluate(ctx, k)
-            pipeline.allocate_stage(ctx, k)
-            pipeline.record_iteration(ctx, k, 0.0)
+        run_to(ctx, args.iterations)
     finally:
-        ctx.store.unlock()
+        close_run(ctx)
     curve, spent = [], 0
-    for e in pipeline.summary(ctx.store)["iterations"]:
+    for e in read_json(ctx.store.summary_path)["iterations"]:
         spent += sum(e["train_steps"].values())
         best = max(e["eval"][versioned(t, e["iteration"])]["accuracy"] for t, _ in TARGETS)
         curve.append((spent, best))

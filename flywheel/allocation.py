@@ -39,10 +39,15 @@ class Allocation:
     acting: bool = False  # False during warm-up (equal shares whatever the policy)
     gpu_memory: dict[str, float] | None = None  # in-process vLLM engines' fraction, with allocate.gpu_memory
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {"policy": self.policy, "acting": self.acting, "shares": self.shares,
                 "train_steps": self.train_steps, "battles": self.battles, "learning_rates": self.learning_rates,
                 "gpu_memory": self.gpu_memory}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Allocation:
+        return cls(data["shares"], data["train_steps"], data["battles"], data.get("learning_rates", {}),
+                   data.get("policy", "uniform"), data.get("acting", False), data.get("gpu_memory"))
 
 
 def learning_rates(accuracy: dict[str, list[float]], compute: dict[str, list[float]], window: int) -> dict[str, float]:

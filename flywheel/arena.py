@@ -1,36 +1,19 @@
-"""Select battles, play them (with a generation cache), and judge them."""
+"""Play battles (with a generation cache) and judge them, a batch at a time, into the run's logs."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
+from dataclasses import replace
 
 from flywheel.progress import Progress
 from flywheel.records import Battle, BattleSpec, Generation, Prompt, stable_id
-from flywheel.store import RunStore, atomic_write_text
+from flywheel.store import RunStore
 from flywheel.world import Roster
 from judges.base import PairwiseJudge
 
 log = logging.getLogger("flywheel")
-
-
-def write_plan(store: RunStore, iteration: int, rnd: int, specs: list[BattleSpec]) -> None:
-    """The battles chosen in round ``rnd`` of an iteration (so a resumed run plays exactly these)."""
-    text = "".join(json.dumps(s.to_row()) + "\n" for s in specs)
-    atomic_write_text(store.iter_dir(iteration) / f"plan-r{rnd}.jsonl", text)
-
-
-def read_plan(store: RunStore, iteration: int, rnd: int | None = None) -> list[BattleSpec] | None:
-    """One round's planned battles, or (``rnd=None``) all rounds' in order; None if none yet."""
-    folder = store.iter_dir(iteration)
-    paths = [folder / f"plan-r{rnd}.jsonl"] if rnd is not None else sorted(
-        folder.glob("plan-r*.jsonl"), key=lambda p: int(p.stem.split("-r")[1]))
-    paths = [p for p in paths if p.exists()]
-    if not paths:
-        return None
-    return [BattleSpec.from_row(json.loads(line)) for p in paths for line in p.read_text().splitlines() if line]
 
 
 def generate_cached(
@@ -48,8 +31,9 @@ def generate_cached(
     gens: list[Generation] = []
     player_obj = roster.player(player) if todo else None
     before = _usage(player_obj)
-    if todo:
-        gens = player_obj.generate(todo, params)  # type: ignore[union-attr]
+    if player_obj is not None:
+        # the pooled object may be shared by arena names with the same weights: label by this one
+        gens = [replace(g, player=player) for g in player_obj.generate(todo, params)]
         if len(gens) != len(todo):
             raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
         store.generations.put((key[g.prompt_id], g.text) for g in gens if g.ok)
@@ -70,7 +54,7 @@ def _usage(player) -> dict[str, float]:
     return usage.to_dict() if usage is not None else {}
 
 
-def play(
+def play_battles(
     roster: Roster, store: RunStore, specs: list[BattleSpec], prompts: dict[str, Prompt], shard_size: int = 500
 ) -> int:
     """Play every spec not yet in the battle log, appending one shard per ``shard_size`` battles.
@@ -81,12 +65,12 @@ def play(
     todo = [s for s in specs if s.battle_id not in have]
     with Progress(len(todo), f"battles iter {specs[0].iteration} {specs[0].phase}", "battles") as bar:
         for start in range(0, len(todo), shard_size):
-            play_shard(roster, store, todo[start : start + shard_size], prompts)
+            play_batch(roster, store, todo[start : start + shard_size], prompts)
             bar.update(len(todo[start : start + shard_size]))
     return len(todo)
 
 
-def play_shard(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
+def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
                name: str | None = None) -> None:
     """Play ``todo`` and append them to the battle log as one shard (named ``name``, if given)."""
     need: dict[str, list[Prompt]] = {}
@@ -115,12 +99,12 @@ def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: 
     todo = [b for b in store.battles(iteration, phase) if b.battle_id not in done and b.ok]
     with Progress(len(todo), f"judgments iter {iteration} {phase}", "battles") as bar:
         for start in range(0, len(todo), shard_size):
-            judge_shard(judge, store, todo[start : start + shard_size], iteration, phase)
+            judge_batch(judge, store, todo[start : start + shard_size], iteration, phase)
             bar.update(len(todo[start : start + shard_size]))
     return len(todo)
 
 
-def judge_shard(judge: PairwiseJudge, store: RunStore, todo: list[Battle], iteration: int, phase: str,
+def judge_batch(judge: PairwiseJudge, store: RunStore, todo: list[Battle], iteration: int, phase: str,
                 name: str | None = None) -> None:
     """Judge ``todo`` and append the judgments as one shard (named ``name``, if given)."""
     if not todo:

@@ -3,17 +3,21 @@
 
 JSONL, JSON (a list of records), CSV and Parquet. Every bad row is reported with where it is
 (the line for text formats, the row for Parquet); the caller decides whether to fail or skip.
+Reference rankings (``read_reference``) and a leaderboard's consistency with one live here too.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.ratings import OUTCOME
+import numpy as np
+
+from flywheel.ratings import OUTCOME, Rating
 
 
 @dataclass(frozen=True)
@@ -157,3 +161,43 @@ def read_reference(path: str | Path) -> dict[str, float]:
             raise BattleLogError(f"{path}: record {n} needs 'model' and 'rating' (or 'score')")
         out[str(r["model"])] = float(r[key])
     return out
+
+
+# -- consistency with a reference ranking -----------------------------------------------------
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    for v in np.unique(x):  # average ranks for ties
+        ranks[x == v] = ranks[x == v].mean()
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def consistency(ratings: list[Rating], reference: dict[str, float]) -> dict:
+    """Arena-Hard-style agreement with a reference ranking (higher reference score = better).
+
+    - ``spearman``: rank correlation over the models both rank;
+    - ``separability``: share of model pairs whose CIs do not overlap;
+    - ``agreement``: among those separable pairs, the share ordered as the reference orders them.
+    """
+    common = [r for r in ratings if r.model in reference]
+    if len(common) < 2:
+        raise ValueError("the reference shares fewer than 2 models with these ratings")
+    pairs = [(p, q) for i, p in enumerate(common) for q in common[i + 1 :]]
+    separable = [(p, q) for p, q in pairs if p.lower > q.upper or q.lower > p.upper]
+    agree = [(p, q) for p, q in separable
+             if (p.rating - q.rating) * (reference[p.model] - reference[q.model]) > 0]
+    return {
+        "models": len(common),
+        "spearman": round(spearman([r.rating for r in common], [reference[r.model] for r in common]), 4),
+        "separability": round(len(separable) / len(pairs), 4),
+        "agreement": round(len(agree) / len(separable), 4) if separable else None,
+        "missing_from_reference": sorted(r.model for r in ratings if r.model not in reference),
+    }

@@ -12,7 +12,8 @@ import typer
 
 from flywheel import reports
 from flywheel.config import ConfigError, load_config
-from flywheel.store import RunLockedError, read_json
+from flywheel.cli_data import check_format, data_app, fail, models_app
+from flywheel.store import RunLockedError
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
 # still override each of them. Offline mode is not forced here (a hub model id in `path:` must
@@ -30,11 +31,8 @@ QUIET_ENV = {
 }
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Bandit-driven Arena Learning flywheel.")
-
-
-def fail(message: str, code: int = 2) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
 
 
 @app.command()
@@ -88,25 +86,9 @@ def check(
 
 
 def _print_result(run_dir: Path) -> None:
-    summary = read_json(run_dir / "summary.json", {})
-    last = summary["iterations"][-1]["iteration"]
-    rows = read_json(run_dir / "ratings" / f"iter-{last:04d}.json", [])
-    typer.echo(f"\nrun directory: {run_dir}")
-    typer.echo(f"\nEval leaderboard after iteration {last} (Bradley-Terry Elo, 95% CI):\n")
-    typer.echo(reports.text_table(rows))
-    typer.echo("\nTarget progress on the held-out eval split:\n")
-    typer.echo(reports.progress_table(summary))
-    typer.echo("\nEval accuracy by category: every target version next to every opponent:\n")
-    typer.echo(reports.category_table(summary))
-    if len(summary.get("targets", [])) > 1:
-        typer.echo("\nCompute allocation for the next iteration (ModelArena):\n")
-        typer.echo(reports.allocation_lines(summary))
-    typer.echo("\nJudge diagnostics per iteration:\n")
-    typer.echo(reports.judge_lines(summary))
-    usage = reports.usage_lines(summary)
-    if usage:
-        typer.echo("\nUsage over the run (API calls, tokens, cost):\n")
-        typer.echo(usage)
+    from flywheel.queries import result_text
+
+    typer.echo(result_text(run_dir))
 
 
 @app.command(name="bootstrap")
@@ -127,14 +109,6 @@ def bootstrap_cmd(
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     made = bootstrap(cfg.world, force=force)
     typer.echo(f"{len(made)} model(s) built under {cfg.world.models_dir}")
-
-
-FORMATS = ("table", "json", "csv", "md")
-
-
-def _check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
 
 
 def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
@@ -169,9 +143,10 @@ def rate_cmd(
 ) -> None:
     """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
     from flywheel.battlelog import BattleLogError, read_battles, read_reference
-    from flywheel.ratings import consistency, rate
+    from flywheel.battlelog import consistency
+    from flywheel.ratings import rate
 
-    _check_format(format)
+    check_format(format)
     if by not in (None, "category"):
         fail(f"--by {by!r}: only 'category' is supported")
     pinned = _parse_anchor(anchor)
@@ -230,13 +205,6 @@ def rate_cmd(
     typer.echo(reports.render_sections({n: r.rows() for n, r in reports_by.items()}, format))
 
 
-def _latest_ratings(run_dir: Path) -> tuple[int, list[dict]]:
-    files = sorted((run_dir / "ratings").glob("iter-[0-9][0-9][0-9][0-9].json"))
-    if not files:
-        fail(f"{run_dir}: no ratings yet (is it a run directory?)")
-    return int(files[-1].stem.split("-")[1]), json.loads(files[-1].read_text())
-
-
 @app.command()
 def elo(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
@@ -248,11 +216,17 @@ def elo(
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
-    _check_format(format)
-    last, rows = _latest_ratings(run_dir)
+    from flywheel import queries
+
+    check_format(format)
+    try:
+        last, rows = queries.latest_board(run_dir)
+    except queries.QueryError as e:
+        fail(str(e))
     if reference is not None:
         from flywheel.battlelog import BattleLogError, read_reference
-        from flywheel.ratings import Rating, consistency
+        from flywheel.battlelog import consistency
+        from flywheel.ratings import Rating
 
         try:
             cons = consistency([Rating(**{k: r[k] for k in Rating.__dataclass_fields__}) for r in rows],
@@ -262,24 +236,19 @@ def elo(
         typer.echo(json.dumps(cons, indent=2) if format == "json" else "consistency with the reference: " + json.dumps(cons))
         return
     if plot is not None:
-        _plot(run_dir, plot)
+        queries.plot(run_dir, plot)
+        typer.echo(f"wrote {plot}")
         return
     if history:
-        hist = read_json(run_dir / "ratings" / "history.json", {})
-        flat = [{"iteration": int(k), **r} for k in sorted(hist, key=int) for r in hist[k]]
-        typer.echo(reports.render(flat, format, reports.HISTORY_COLUMNS))
+        typer.echo(reports.render(queries.history_rows(run_dir), format, reports.HISTORY_COLUMNS))
         return
     if by is not None:
         if by != "category":
             fail(f"--by {by!r}: only 'category' is supported")
-        from flywheel.config import load_config
-        from flywheel.pipeline import category_boards
-        from flywheel.store import RunStore
-
-        typer.echo(reports.render_sections(category_boards(RunStore(run_dir), load_config(run_dir / "config.yaml")), format))
+        typer.echo(reports.render_sections(queries.category_boards(run_dir), format))
         return
     if subset is not None:
-        boards = read_json(run_dir / "ratings" / f"iter-{last:04d}-subsets.json", {})
+        boards = queries.subset_boards(run_dir, last)
         if subset == "all":
             typer.echo(reports.render_sections({**boards, "all": rows}, format, key="subset"))
             return
@@ -296,31 +265,16 @@ def arms(
     format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
 ) -> None:
     """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
-    _check_format(format)
-    summary = read_json(run_dir / "summary.json", {})
-    entries = [e for e in summary.get("iterations", []) if e.get("bandit")]
-    if iteration is not None:
-        entries = [e for e in entries if e["iteration"] == iteration]
-    if not entries:
-        fail(f"{run_dir}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
-    e = entries[-1]
+    from flywheel import queries
+
+    check_format(format)
+    try:
+        k, policy, sections = queries.arms_report(run_dir, iteration)
+    except queries.QueryError as e:
+        fail(str(e))
+    typer.echo(f"iteration {k}, policy {policy}", err=True)
     cols = ("arm", "battles", "share", "pulls", "effective_pulls", "value")
-    sections = {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()}
-    typer.echo(f"iteration {e['iteration']}, policy {read_json(run_dir / 'iter-{:04d}'.format(e['iteration']) / 'stages' / 'select-r1.json', {}).get('policy', '?')}", err=True)
     typer.echo(reports.render_sections(sections, format, key="target", columns=cols))
-
-
-def _plot(run_dir: Path, out: Path) -> None:
-    from flywheel.pipeline import columns, rated_battles
-    from flywheel.plots import plot_run
-    from flywheel.ratings import rate
-    from flywheel.store import RunStore
-
-    hist = read_json(run_dir / "ratings" / "history.json", {})
-    summary = read_json(run_dir / "summary.json", {})
-    rep = rate(*columns(rated_battles(RunStore(run_dir), None, "eval")), rounds=0)
-    plot_run(hist, summary.get("targets", []), rep.models, rep.win_rate, out)
-    typer.echo(f"wrote {out}")
 
 
 @app.command()
@@ -373,150 +327,6 @@ def schedule(
     typer.echo(f"serving deployment flywheel-scheduled/{name} ({'cron ' + cron if cron else f'every {interval:g} s'}); "
                "Ctrl-C stops it")
     scheduled_flywheel.serve(name=name, parameters=params, limit=1, entrypoint_type=EntrypointType.MODULE_PATH, **when)
-
-
-data_app = typer.Typer(no_args_is_help=True, help="Inspect and export the datasets a run made.")
-app.add_typer(data_app, name="data")
-
-
-@data_app.command("ls")
-def data_ls(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
-    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
-) -> None:
-    """Every dataset of a run, per iteration: SFT and DPO sets and the battle and judgment logs."""
-    from flywheel.dataview import run_datasets
-
-    _check_format(format)
-    try:
-        rows = run_datasets(run_dir)
-    except FileNotFoundError as e:
-        fail(str(e))
-    typer.echo(reports.render(rows, format, ("iteration", "dataset", "rows", "bytes", "path")))
-
-
-@data_app.command("show")
-def data_show(
-    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
-    limit: Annotated[int, typer.Option(min=0, help="Rows to print.")] = 10,
-) -> None:
-    """Print a dataset's first rows as JSON lines."""
-    from flywheel.dataview import read_rows
-
-    try:
-        rows = read_rows(path, limit)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
-    for r in rows:
-        typer.echo(json.dumps(r, ensure_ascii=False, default=str))
-
-
-@data_app.command("stats")
-def data_stats(
-    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
-) -> None:
-    """Rows, text lengths, categories, sources and judge margins of a dataset (JSON)."""
-    from flywheel.dataview import stats
-
-    try:
-        typer.echo(json.dumps(stats(path), indent=2, default=str))
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
-
-
-@data_app.command("export")
-def data_export(
-    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
-    format: Annotated[str, typer.Option("--format", help="jsonl, parquet, sharegpt or alpaca.")] = "jsonl",
-    out: Annotated[Optional[Path], typer.Option(help="Output file (default: <dataset>.<format>.jsonl|parquet beside it).")] = None,
-) -> None:
-    """Write a dataset as JSONL, parquet, ShareGPT or Alpaca records."""
-    from flywheel.dataview import export
-
-    target = out or path.parent / f"{path.name}.{format}.{'parquet' if format == 'parquet' else 'jsonl'}"
-    try:
-        n = export(path, format, target)
-    except (FileNotFoundError, ValueError) as e:
-        fail(str(e))
-    typer.echo(f"wrote {n} rows to {target}")
-
-
-@data_app.command("ingest")
-def data_ingest(
-    files: Annotated[list[Path], typer.Argument(help="Prompt files: JSONL, JSON, CSV or Parquet.")],
-    layout: Annotated[str, typer.Option(help="auto, alpaca, sharegpt, arena-hard or plain.")] = "auto",
-    category: Annotated[str, typer.Option(help="Category of rows that name none.")] = "user",
-    out: Annotated[Optional[Path], typer.Option(help="Write the prompts as one JSONL pool (plain layout).")] = None,
-    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (still listed) instead of failing.")] = False,
-    no_dedup: Annotated[bool, typer.Option("--no-dedup", help="Keep repeated prompts.")] = False,
-) -> None:
-    """Read user prompt pools (Alpaca, ShareGPT, Arena-Hard, plain); report bad rows by line."""
-    from flywheel.prompts import bad_rows_message, ingest
-
-    seen: set[str] = set()
-    prompts, bad, dups = [], [], 0
-    for f in files:
-        try:
-            got = ingest(f, layout, category, not no_dedup, seen)
-        except (OSError, ValueError) as e:
-            fail(str(e))
-        prompts += got.prompts
-        bad += got.bad
-        dups += got.duplicates
-    if not prompts:
-        fail(f"no prompts in {', '.join(map(str, files))}: {len(bad)} bad row(s), {dups} duplicate(s)")
-    cats: dict[str, int] = {}
-    for p in prompts:
-        cats[p.category] = cats.get(p.category, 0) + 1
-    typer.echo(json.dumps({"prompts": len(prompts), "duplicates": dups, "bad_rows": len(bad),
-                           "categories": dict(sorted(cats.items()))}))
-    if bad:
-        typer.echo(bad_rows_message(bad), err=True)
-        if not skip_bad:
-            fail("bad rows found; fix them or pass --skip-bad (nothing was written)")
-    if out is not None:
-        from flywheel.store import atomic_write_text
-
-        atomic_write_text(out, "".join(json.dumps({"id": p.id, "prompt": p.text, "category": p.category,
-                                                   "level": p.level, "reference": p.reference}) + "\n" for p in prompts))
-        typer.echo(f"wrote {len(prompts)} prompts to {out}")
-
-
-models_app = typer.Typer(no_args_is_help=True, help="Real models made usable offline (GGUF to a checkpoint).")
-app.add_typer(models_app, name="models")
-
-
-@models_app.command("add")
-def models_add(
-    name: Annotated[str, typer.Argument(help="A known model (smollm2), or the name to save --gguf under.")],
-    gguf: Annotated[Optional[Path], typer.Option("--gguf", help="Convert this GGUF file instead.")] = None,
-    models_dir: Annotated[Path, typer.Option("--models-dir", help="Where checkpoints live.")] = Path("data/models"),
-    force: Annotated[bool, typer.Option(help="Convert again even if it is there.")] = False,
-) -> None:
-    """Convert a GGUF model into a standard checkpoint (safetensors, tokenizer, chat template)."""
-    import logging
-
-    from flywheel.realmodels import ModelSourceError, add_model
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        out = add_model(name, models_dir, gguf, force)
-    except ModelSourceError as e:
-        fail(str(e), 1)
-    typer.echo(f"{name}: {out} (use it as a player: path: {out})")
-
-
-@models_app.command("ls")
-def models_ls() -> None:
-    """The known models and where their GGUF files are (or how to install them)."""
-    from flywheel.realmodels import KNOWN, ModelSourceError, known_gguf
-
-    for name, src in sorted(KNOWN.items()):
-        try:
-            where = str(known_gguf(name))
-        except ModelSourceError:
-            where = f"not installed: {src.install}"
-        typer.echo(f"{name}  {src.description}  [{src.license}]\n    {where}")
 
 
 def main() -> None:

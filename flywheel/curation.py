@@ -8,9 +8,8 @@ from pathlib import Path
 
 from flywheel.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.config import CurateConfig
-from flywheel.records import Battle, DPOPair, Judgment, SFTExample
+from flywheel.records import Battle, DPOPair, Judgment, SFTExample, base_name
 from flywheel.store import atomic_write_dir, atomic_write_text
-from flywheel.world import split_version
 
 SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
 DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]
@@ -63,9 +62,9 @@ def curate(
         if len(win_text.strip()) < cfg.min_completion_chars:
             dropped["too_short"] += 1
             continue
-        target_lost = split_version(lose_model)[0] in target_set
-        target_won = split_version(win_model)[0] in target_set
-        target = split_version(lose_model if target_lost else win_model)[0]
+        target_lost = base_name(lose_model) in target_set
+        target_won = base_name(win_model) in target_set
+        target = base_name(lose_model if target_lost else win_model)
         if target_lost or (target_won and cfg.include_target_wins):
             if cfg.dedup and (target, b.prompt) in seen_sft:
                 dropped["duplicate"] += 1

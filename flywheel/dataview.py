@@ -31,17 +31,18 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
     """One row per dataset of a run: iteration, kind, rows, bytes, path (the logs included)."""
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
+    from flywheel.store import RunStore, iter_name
+
+    store = RunStore(run_dir)
     rows = []
-    for d in sorted(run_dir.glob("iter-*/*")):
+    for k, kind, d in store.datasets():
         if is_hf_dataset(d):
-            rows.append({"iteration": int(d.parent.name.split("-")[1]), "dataset": d.name, "rows": count_rows(d),
+            rows.append({"iteration": k, "dataset": kind, "rows": count_rows(d),
                          "bytes": dir_size(d), "path": str(d.relative_to(run_dir))})
     for log in ("battles", "judgments"):
-        folder = run_dir / log
-        for k in sorted({p.name.split("-")[1] for p in folder.glob("iter-*.parquet")}):
-            shards = sorted(folder.glob(f"iter-{k}-*.parquet"))
-            rows.append({"iteration": int(k), "dataset": log, "rows": sum(pq.ParquetFile(p).metadata.num_rows for p in shards),
-                         "bytes": sum(p.stat().st_size for p in shards), "path": f"{log}/iter-{k}-*.parquet"})
+        for k, shards in store.log_shards(log).items():
+            rows.append({"iteration": k, "dataset": log, "rows": sum(pq.ParquetFile(p).metadata.num_rows for p in shards),
+                         "bytes": sum(p.stat().st_size for p in shards), "path": f"{log}/{iter_name(k)}-*.parquet"})
     return sorted(rows, key=lambda r: (r["iteration"], r["dataset"]))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flywheel.records import PlayerVersion
+
 
 def plot_run(history: dict[str, list[dict[str, Any]]], targets: list[str], models: list[str],
              win_rate: list[list[float | None]], out: Path) -> Path:
@@ -22,9 +24,9 @@ def plot_run(history: dict[str, list[dict[str, Any]]], targets: list[str], model
     lines: dict[str, list[tuple[int, dict]]] = {}
     for k in iters:
         for row in history[k]:
-            base, _, version = row["model"].partition("@")
+            base, version = PlayerVersion.parse(row["model"])
             if base in targets:
-                if version == k:
+                if version == int(k):
                     lines.setdefault(base, []).append((int(k), row))
             else:
                 lines.setdefault(row["model"], []).append((int(k), row))

@@ -34,7 +34,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-OUTCOME = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
+from flywheel.records import SCORE_A as OUTCOME  # model A's points per verdict
+
 PRIOR = 0.1
 
 
@@ -368,43 +369,3 @@ def leaderboard(model_a, model_b, winner, rounds=100, ci=0.95, seed=0, scale=400
                 **kw) -> list[Rating]:
     """Just the rows of ``rate``."""
     return rate(model_a, model_b, winner, rounds, ci, seed, scale, base, init, **kw).ratings
-
-
-# -- consistency with a reference ranking ---------------------------------------------------------
-def _ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(len(x))
-    for v in np.unique(x):  # average ranks for ties
-        ranks[x == v] = ranks[x == v].mean()
-    return ranks
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
-    if rx.std() == 0 or ry.std() == 0:
-        return 0.0
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def consistency(ratings: list[Rating], reference: dict[str, float]) -> dict:
-    """Arena-Hard-style agreement with a reference ranking (higher reference score = better).
-
-    - ``spearman``: rank correlation over the models both rank;
-    - ``separability``: share of model pairs whose CIs do not overlap;
-    - ``agreement``: among those separable pairs, the share ordered as the reference orders them.
-    """
-    common = [r for r in ratings if r.model in reference]
-    if len(common) < 2:
-        raise ValueError("the reference shares fewer than 2 models with these ratings")
-    pairs = [(p, q) for i, p in enumerate(common) for q in common[i + 1 :]]
-    separable = [(p, q) for p, q in pairs if p.lower > q.upper or q.lower > p.upper]
-    agree = [(p, q) for p, q in separable
-             if (p.rating - q.rating) * (reference[p.model] - reference[q.model]) > 0]
-    return {
-        "models": len(common),
-        "spearman": round(spearman([r.rating for r in common], [reference[r.model] for r in common]), 4),
-        "separability": round(len(separable) / len(pairs), 4),
-        "agreement": round(len(agree) / len(separable), 4) if separable else None,
-        "missing_from_reference": sorted(r.model for r in ratings if r.model not in reference),
-    }

@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 Winner = Literal["model_a", "model_b", "tie", "tie (bothbad)"]
 WINNERS: tuple[str, ...] = ("model_a", "model_b", "tie", "tie (bothbad)")
 Phase = Literal["train", "eval"]
+# Model A's score for each verdict (B's is one minus it): the only winner-to-score map.
+SCORE_A: dict[str, float] = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5}
 
 R = TypeVar("R")
 
@@ -23,6 +25,31 @@ def stable_id(*parts: object, length: int = 16) -> str:
     """A short hex digest of ``parts``: the same inputs give the same id on every machine."""
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()
     return digest[:length]
+
+
+class PlayerVersion(NamedTuple):
+    """An arena name: a player's base name and, for a target, its version (``student@2``)."""
+
+    name: str
+    k: int | None = None
+
+    @classmethod
+    def parse(cls, arena_name: str) -> PlayerVersion:
+        base, _, k = arena_name.partition("@")
+        return cls(base, int(k) if k else None)
+
+    def __str__(self) -> str:
+        return self.name if self.k is None else f"{self.name}@{self.k}"
+
+
+def versioned(name: str, k: int) -> str:
+    """The arena name of version ``k`` of player ``name``."""
+    return str(PlayerVersion(name, k))
+
+
+def base_name(arena_name: str) -> str:
+    """The player an arena name belongs to (``student@2`` -> ``student``)."""
+    return PlayerVersion.parse(arena_name).name
 
 
 class _Row:
@@ -111,7 +138,7 @@ class Judgment(_Row):
 
     battle_id: str
     judge: str
-    winner: str | None
+    winner: Winner | None
     margin: float = 1.0
     score_a: float | None = None
     score_b: float | None = None
@@ -123,6 +150,24 @@ class Judgment(_Row):
     @property
     def valid(self) -> bool:
         return self.winner is not None
+
+
+@dataclass(frozen=True)
+class JudgedBattle:
+    """A battle joined with its valid judgment (the store's ``judged``): what ratings, rewards
+    and curation read."""
+
+    battle: Battle
+    judgment: Judgment
+
+    @property
+    def winner(self) -> Winner:
+        return self.judgment.winner  # type: ignore[return-value]  # valid: never None
+
+    def score_of(self, player: str) -> float:
+        """The score (1 win, 0.5 tie, 0 loss) of the seat whose player (base name) is ``player``."""
+        a = SCORE_A[self.winner]
+        return a if base_name(self.battle.model_a) == player else 1.0 - a
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from flywheel.records import base_name
+
 COLUMNS = ("rank", "model", "rating", "lower", "upper", "battles", "wins", "losses", "ties", "win_rate")
 HISTORY_COLUMNS = ("iteration", "rank", "model", "rating", "lower", "upper", "battles")
 
@@ -96,7 +98,7 @@ def progress_table(summary: dict[str, Any]) -> str:
         first = None
         for e in summary.get("iterations", []):
             for name, ev in e.get("eval", {}).items():
-                if name.split("@")[0] != t:
+                if base_name(name) != t:
                     continue
                 first = first or ev
                 ci = ev.get("elo_ci") or [float("nan")] * 2

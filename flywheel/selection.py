@@ -25,7 +25,7 @@ import numpy as np
 
 from flywheel.bandits import Bandit, pfsp_weights
 from flywheel.config import SelectConfig
-from flywheel.records import Battle, BattleSpec, Judgment, Prompt, stable_id
+from flywheel.records import Battle, BattleSpec, JudgedBattle, Prompt, base_name, stable_id
 
 REWARDS = ("yield", "progress", "uncertainty")
 
@@ -40,11 +40,12 @@ def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
     return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
 
 
-def target_score(b: Battle, j: Judgment, target_base: str) -> float:
-    """The target's score in a battle: 1 win, 0.5 tie, 0 loss."""
-    target_is_a = b.model_a.split("@")[0] == target_base
-    s = {"model_a": 1.0, "model_b": 0.0}.get(j.winner or "", 0.5)
-    return s if target_is_a else 1 - s
+def _opponent(b: Battle, target_base: str) -> str:
+    return b.model_b if base_name(b.model_a) == target_base else b.model_a
+
+
+def _plays(b: Battle, target_base: str) -> bool:
+    return target_base in (base_name(b.model_a), base_name(b.model_b))
 
 
 @dataclass
@@ -134,8 +135,7 @@ def plan_round(
 
 
 def feedback(
-    reward: str, battles: Iterable[Battle], judgments: dict[str, Judgment], target_base: str,
-    previous_scores: dict[str, float], yielded: set[str] | None = None,
+    reward: str, judged: Iterable[JudgedBattle], target_base: str, previous_scores: dict[str, float], yielded: set[str] | None = None,
 ) -> list[tuple[str, str, float]]:
     """(cell, opponent, reward) for each judged battle of ``target_base`` in one round.
 
@@ -143,13 +143,8 @@ def feedback(
     yields nothing new (curation keeps one example per prompt), so it earns no yield reward.
     The set is updated in place."""
     yielded = set() if yielded is None else yielded
-    rows = []
-    for b in battles:
-        j = judgments.get(b.battle_id)
-        if j is None or not j.valid or not b.ok:
-            continue  # failed and invalid battles carry no signal
-        opponent = b.model_b if b.model_a.split("@")[0] == target_base else b.model_a
-        rows.append((b.arm, opponent, target_score(b, j, target_base), b.prompt))
+    rows = [(jb.battle.arm, _opponent(jb.battle, target_base), jb.score_of(target_base), jb.battle.prompt)
+            for jb in judged]  # failed battles and invalid verdicts are never joined: no signal
     if reward == "yield":
         out = []
         for c, o, s, prompt in rows:
@@ -170,24 +165,19 @@ def feedback(
     raise ValueError(f"unknown reward {reward!r}; known: {', '.join(REWARDS)}")
 
 
-def arm_scores(battles: Iterable[Battle], judgments: dict[str, Judgment], target_base: str) -> dict[str, float]:
-    """The target's mean score per cell over ``battles``."""
+def arm_scores(judged: Iterable[JudgedBattle], target_base: str) -> dict[str, float]:
+    """The target's mean score per cell over its judged battles."""
     acc: dict[str, list[float]] = {}
-    for b in battles:
-        j = judgments.get(b.battle_id)
-        if j is not None and j.valid and b.ok and target_base in (b.model_a.split("@")[0], b.model_b.split("@")[0]):
-            acc.setdefault(b.arm, []).append(target_score(b, j, target_base))
+    for jb in judged:
+        if _plays(jb.battle, target_base):
+            acc.setdefault(jb.battle.arm, []).append(jb.score_of(target_base))
     return {c: sum(v) / len(v) for c, v in acc.items()}
 
 
-def opponent_win_rates(battles: Iterable[Battle], judgments: dict[str, Judgment], target_base: str,
+def opponent_win_rates(judged: Iterable[JudgedBattle], target_base: str,
                        cells: list[str], opponents: list[str]) -> dict[str, np.ndarray]:
     """The target's win rate per cell against each opponent (0.5 where they never met)."""
     tally: dict[tuple[str, str], list[float]] = {}
-    for b in battles:
-        j = judgments.get(b.battle_id)
-        if j is None or not j.valid or not b.ok:
-            continue
-        opp = b.model_b if b.model_a.split("@")[0] == target_base else b.model_a
-        tally.setdefault((b.arm, opp), []).append(target_score(b, j, target_base))
+    for jb in judged:
+        tally.setdefault((jb.battle.arm, _opponent(jb.battle, target_base)), []).append(jb.score_of(target_base))
     return {c: np.array([np.mean(tally[(c, o)]) if (c, o) in tally else 0.5 for o in opponents]) for c in cells}

@@ -1,15 +1,17 @@
 """The run directory: every file written atomically, logs append-only, resumable by construction.
 
+The store is the one owner of the run directory's layout: no other module spells a path in it.
 Layout (see data/README.md)::
 
-    <run>/config.yaml  manifest.json  summary.json  .lock
+    <run>/config.yaml  manifest.json  summary.json  usage.jsonl  .lock
     <run>/battles/<iter>-<phase>-<n>.parquet     append-only battle log shards
     <run>/judgments/<iter>-<phase>-<n>.parquet   every judgment, with the judge's raw output
     <run>/iter-000k/plan-rN.jsonl  sft/  dpo/    the selection (per round) and datasets
+    <run>/iter-000k/stages/<stage>.json          each finished stage's result
     <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
-    <run>/ratings/iter-000k.json|md  history.json
-    <run>/models/<name>@<k>/                     trained versions
-    <run>/cache/generations.jsonl                generation cache (player version x prompt)
+    <run>/ratings/iter-000k.json|md  history.json  eval-subsets.json  iter-000k-subsets.json|-arena.json
+    <run>/models/<name>@<k>/  models/.premerge/  trained versions (and, federated, before merging)
+    <run>/cache/generations.jsonl  judgments.jsonl  generation and judge-output caches
 
 A shard is written to a temporary name and renamed, so it is either whole or absent. Stages
 skip records whose ids are already on disk, so a killed run resumes with nothing lost and
@@ -21,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -30,7 +33,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flywheel.records import Battle, Judgment, _Row
+from flywheel.records import Battle, BattleSpec, Judgment, JudgedBattle, _Row
 
 R = TypeVar("R", bound=_Row)
 
@@ -149,6 +152,88 @@ class RunStore:
     def model_dir(self, versioned_name: str) -> Path:
         return self.root / "models" / versioned_name
 
+    def premerge_dir(self, versioned_name: str) -> Path:
+        """Where a federated run keeps a trained version before merging (read only from there)."""
+        return self.root / "models" / ".premerge" / versioned_name
+
+    def dataset_dir(self, k: int, kind: str) -> Path:
+        """Iteration ``k``'s curated ``sft`` or ``dpo`` dataset."""
+        return self.iter_dir(k) / kind
+
+    def ratings_path(self, name: str) -> Path:
+        """A file under ratings/: ``iter-000k.json``, ``history.json``, ``eval-subsets.json``, ..."""
+        return self.root / "ratings" / name
+
+    def leaderboard_iterations(self) -> list[int]:
+        """The iterations with an eval leaderboard (``ratings/iter-000k.json``), in order."""
+        return sorted(int(p.stem.split("-")[1]) for p in self.ratings_path("").glob("iter-[0-9][0-9][0-9][0-9].json"))
+
+    def datasets(self) -> list[tuple[int, str, Path]]:
+        """(iteration, kind, directory) of every curated dataset directory (``iter-000k/<kind>``)."""
+        return [(int(d.parent.name.split("-")[1]), d.name, d) for d in sorted(self.root.glob("iter-*/*"))
+                if d.name in ("sft", "dpo") and d.is_dir()]
+
+    def log_shards(self, kind: str) -> dict[int, list[Path]]:
+        """The ``battles`` or ``judgments`` shard files, by iteration."""
+        out: dict[int, list[Path]] = {}
+        for p in sorted((self.root / kind).glob("iter-*.parquet")):
+            out.setdefault(int(p.name.split("-")[1]), []).append(p)
+        return out
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    # -- stage results ---------------------------------------------------------------------
+    def stage_json(self, k: int, stage: str) -> dict[str, Any] | None:
+        """Iteration ``k``'s stage result as stored (None while the stage has not finished)."""
+        return read_json(self.stage_path(k, stage))
+
+    def save_stage_json(self, k: int, stage: str, result: dict[str, Any], seconds: float) -> None:
+        """Store a finished stage's result and its timing (in the manifest)."""
+        atomic_write_json(self.stage_path(k, stage), result)
+        manifest = read_json(self.manifest_path, {})
+        manifest.setdefault("timings", {})[f"{iter_name(k)}/{stage}"] = round(seconds, 3)
+        atomic_write_json(self.manifest_path, manifest)
+
+    # -- the plan: battles chosen per selection round ----------------------------------------
+    def write_plan(self, k: int, rnd: int, specs: list[BattleSpec]) -> None:
+        """Round ``rnd``'s chosen battles (so a resumed run plays exactly these)."""
+        atomic_write_text(self.iter_dir(k) / f"plan-r{rnd}.jsonl", "".join(json.dumps(s.to_row()) + "\n" for s in specs))
+
+    def plan(self, k: int, rnd: int | None = None) -> list[BattleSpec] | None:
+        """One round's planned battles, or (``rnd=None``) all rounds' in order; None if none yet."""
+        folder = self.iter_dir(k)
+        paths = [folder / f"plan-r{rnd}.jsonl"] if rnd is not None else sorted(
+            folder.glob("plan-r*.jsonl"), key=lambda p: int(p.stem.split("-r")[1]))
+        paths = [p for p in paths if p.exists()]
+        if not paths:
+            return None
+        return [BattleSpec.from_row(json.loads(line)) for p in paths for line in p.read_text().splitlines() if line]
+
+    @staticmethod
+    def shard_name(k: int, rnd: int, i: int) -> str:
+        """The battle and judgment shard ``i`` of round ``rnd``'s plan."""
+        return f"{iter_name(k)}-train-r{rnd}-s{i:04d}"
+
+    # -- bandit state ------------------------------------------------------------------------
+    def bandit_path(self, target: str, k: int, rnd: int) -> Path:
+        """The target's bandit state after selection round ``rnd`` of iteration ``k``."""
+        return self.root / "bandits" / f"{iter_name(k)}-r{rnd}-{target}.json"
+
+    def latest_bandit_state(self, target: str, before: tuple[int, int]) -> dict[str, Any] | None:
+        """The target's bandit state saved last before (iteration, round) ``before``, if any."""
+        found = []
+        for path in (self.root / "bandits").glob("iter-*-r*-*.json"):
+            m = re.fullmatch(r"iter-(\d+)-r(\d+)-(.+)\.json", path.name)
+            if m and m[3] == target and (int(m[1]), int(m[2])) < before:  # names may contain dashes
+                found.append(((int(m[1]), int(m[2])), path))
+        return read_json(max(found)[1]) if found else None
+
     # -- append-only shards ----------------------------------------------------------------
     def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:
         """Write one shard: ``name`` (a mapped task's own shard, race-free) or the next number."""
@@ -184,6 +269,10 @@ class RunStore:
         for (k, phase), group in _group(battles, lambda b: (b.iteration, b.phase)).items():
             self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group], Battle, name)
 
+    def shard_files(self, kind: str, k: int, phase: str) -> list[str]:
+        """The ``battles`` or ``judgments`` shards of (iteration, phase), relative to the run."""
+        return sorted(str(p.relative_to(self.root)) for p in (self.root / kind).glob(f"{iter_name(k)}-{phase}-*.parquet"))
+
     def shard_exists(self, kind: str, name: str) -> bool:
         return (self.root / kind / f"{name}.parquet").exists()
 
@@ -200,6 +289,13 @@ class RunStore:
 
     def judgments(self, iteration: int | None = None, phase: str | None = None) -> dict[str, Judgment]:
         return {j.battle_id: j for j in self._read("judgments", Judgment, self._prefix(iteration, phase))}
+
+    def judged(self, iteration: int | None = None, phase: str | None = None) -> list[JudgedBattle]:
+        """Battles joined with their valid judgments, in log order: failed battles and invalid
+        verdicts never count."""
+        js = self.judgments(iteration, phase)
+        return [JudgedBattle(b, js[b.battle_id]) for b in self.battles(iteration, phase)
+                if b.ok and b.battle_id in js and js[b.battle_id].valid]
 
     # -- small append-only logs ------------------------------------------------------------
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
@@ -251,7 +347,7 @@ class JsonlCache:
         self.data.update(items)
 
 
-_ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+_ARROW = {"str": pa.string(), "Winner": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 
 
 def arrow_schema(cls: type) -> pa.Schema:

@@ -5,9 +5,11 @@ main process saves the version and writes ``iter-k/stages/train-<target>.json``.
 from __future__ import annotations
 
 import sys
-from flywheel.pipeline import train_target, worker_context
-from flywheel.training import is_main_process
+
+from flywheel.stages.context import worker_context
+from flywheel.stages.train import train_target
 from flywheel.store import atomic_write_json
+from flywheel.training import is_main_process
 
 
 def main(argv: list[str]) -> None:
@@ -15,7 +17,7 @@ def main(argv: list[str]) -> None:
     ctx = worker_context(run_dir)
     result = train_target(ctx, k, target, steps)
     if is_main_process():
-        atomic_write_json(ctx.store.stage_path(k, f"train-{target}"), result)
+        atomic_write_json(ctx.store.stage_path(k, f"train-{target}"), result.to_json())
 
 
 if __name__ == "__main__":

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from flywheel.allocation import equal, gpu_memory_shares
+from flywheel.allocation import Allocation, equal, gpu_memory_shares
 from flywheel.chat import template_hash, template_of, uses_chat
 from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
-from flywheel.players import Player, SamplingParams, create_player
-from flywheel.records import Prompt, stable_id
-from flywheel.store import RunStore, read_json
+from flywheel.players import Player, SamplingParams, resolve
+from flywheel.players.base import PlayerSetup
+from flywheel.records import PlayerVersion, Prompt, stable_id
+from flywheel.store import RunStore
 from flywheel.tasks import build_suite, take_validation
 
 
@@ -57,17 +59,23 @@ def world_pools(world: WorldConfig) -> Splits:
     return Splits(train, evals, validation)
 
 
-def versioned(name: str, k: int) -> str:
-    return f"{name}@{k}"
+class PlayerPool:
+    """The players a run has loaded, by what their answers depend on (kind and identity): one
+    model in memory however many arena names share its weights. ``release()`` closes them all
+    (after a version is replaced on disk, or a vLLM engine must restart with a new share)."""
 
+    def __init__(self) -> None:
+        self._loaded: dict[tuple[str, str], Player] = {}
 
-def split_version(player: str) -> tuple[str, int | None]:
-    base, _, k = player.partition("@")
-    return base, (int(k) if k else None)
+    def get(self, key: tuple[str, str], build: Callable[[], Player]) -> Player:
+        if key not in self._loaded:
+            self._loaded[key] = build()
+        return self._loaded[key]
 
-
-# Loaded players, shared by every stage of this process: (kind, path) -> Player.
-_LOADED: dict[tuple[str, str], Player] = {}
+    def release(self) -> None:
+        for p in self._loaded.values():
+            p.close()
+        self._loaded.clear()
 
 
 @dataclass
@@ -78,6 +86,7 @@ class Roster:
     store: RunStore
     _by_name: dict[str, PlayerConfig] = field(init=False)
     budget: object = field(init=False)
+    pool: PlayerPool = field(init=False, default_factory=PlayerPool)
 
     def __post_init__(self) -> None:
         from flywheel.players.api import Budget
@@ -95,11 +104,11 @@ class Roster:
         return [p.name for p in self.cfg.opponents]
 
     def config(self, player: str) -> PlayerConfig:
-        return self._by_name[split_version(player)[0]]
+        return self._by_name[PlayerVersion.parse(player).name]
 
     def path(self, player: str) -> str:
         """Local weights of a player version (a target's training base)."""
-        base, k = split_version(player)
+        base, k = PlayerVersion.parse(player)
         if k:  # a trained version lives in the run directory
             return str(self.store.model_dir(player))
         pc = self._by_name[base]
@@ -133,7 +142,7 @@ class Roster:
 
     def api_model(self, player: str) -> str | None:
         pc = self.config(player)
-        _, k = split_version(player)
+        k = PlayerVersion.parse(player).k
         return player if (pc.serve_lora and k) else pc.model
 
     def params(self, player: str) -> SamplingParams:
@@ -141,52 +150,41 @@ class Roster:
         return SamplingParams(pc.max_new_tokens, pc.temperature, self.cfg.run.seed, tuple(pc.stop))
 
     def player(self, player: str) -> Player:
-        """The loaded player for an arena name (loaded once per process and kept)."""
+        """The loaded player for an arena name (loaded once into the pool; arena names that share
+        weights share it, so a player object's own ``name`` is whichever loaded it first)."""
         pc = self.config(player)
-        key = (pc.kind, self.identity(player))
-        if key not in _LOADED:
-            _LOADED[key] = self.build(pc, player)
-        player_obj = _LOADED[key]
-        player_obj.name = player
-        return player_obj
+        return self.pool.get((pc.kind, self.identity(player)), lambda: self.build(pc, player))
+
+    def player_class(self, player: str) -> type[Player]:
+        """The class of a player's kind (for its capabilities), without loading it."""
+        return resolve(self.config(player).kind)
 
     def build(self, pc: PlayerConfig, name: str) -> Player:
-        """A new player from its config (arena players, and the judge's model)."""
-        in_arena = split_version(name)[0] in self._by_name
-        if pc.kind in ("openai", "anthropic"):
-            from flywheel.players.api import RetryPolicy
-
-            return create_player(
-                pc.kind, name, model=self.api_model(name) if in_arena else pc.model, base_urls=pc.base_urls, api_key_env=pc.api_key_env,
-                system_prompt=pc.system_prompt, max_concurrency=pc.max_concurrency, timeout_s=pc.timeout_s,
-                **({"max_tokens_field": pc.max_tokens_field} if pc.kind == "openai" else {}),
-                retry=RetryPolicy(pc.max_retries, pc.backoff_s, pc.max_backoff_s),
-                price_input_per_mtok=pc.price_input_per_mtok, price_output_per_mtok=pc.price_output_per_mtok,
-                budget=self.budget, seed=self.cfg.run.seed)
-        if not in_arena and not pc.path:
-            raise ValueError(f"player {name}: kind {pc.kind} needs 'path'")
-        extra = {"gpu_memory_utilization": self.gpu_memory(name)} if pc.kind == "vllm" else {}
-        return create_player(pc.kind, name, path=self.path(name) if in_arena else pc.path, batch_size=pc.batch_size,
-                             chat=pc.chat, system_prompt=pc.system_prompt, device=pc.device, dtype=pc.dtype, **extra)
+        """A new player from its config through its kind's ``from_config`` (arena players, and
+        the judge's model)."""
+        in_arena = PlayerVersion.parse(name).name in self._by_name
+        cls = resolve(pc.kind)
+        setup = PlayerSetup(path=self.path(name) if in_arena else pc.path,
+                            model=self.api_model(name) if in_arena else pc.model, budget=self.budget,
+                            seed=self.cfg.run.seed,
+                            gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
+        player = cls.from_config(pc, name, setup)
+        if not isinstance(player, Player):
+            raise TypeError(f"kind {pc.kind!r} built {type(player).__name__}, which is not a Player")
+        return player
 
     def gpu_memory(self, player: str) -> float:
         """An in-process vLLM engine's GPU-memory fraction. With ``allocate.gpu_memory``, a target
         version k gets the share of the latest allocation on disk for it (after iteration k, else
         the one it was trained under; equal shares before any); otherwise its own setting."""
         pc = self.config(player)
-        base, k = split_version(player)
+        base, k = PlayerVersion.parse(player)
         alloc = self.cfg.allocate
         if alloc.gpu_memory is None or base not in self.targets:
             return pc.gpu_memory_utilization
         for i in [i for i in (k or 0, (k or 0) - 1) if i >= 0]:
-            got = (read_json(self.store.stage_path(i, "allocate")) or {}).get("gpu_memory") or {}
-            if base in got:
+            data = self.store.stage_json(i, "allocate")
+            got = Allocation.from_json(data).gpu_memory if data else None
+            if got and base in got:
                 return got[base]
         return gpu_memory_shares(alloc, equal(self.targets))[base]
-
-
-def forget_players() -> None:
-    """Drop every loaded player (tests, and after a version is replaced on disk)."""
-    for p in _LOADED.values():
-        p.close()
-    _LOADED.clear()

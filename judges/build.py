@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from judges.base import PairwiseJudge
@@ -18,30 +19,49 @@ def build_verifier(vc) -> VerifierJudge:
     return VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function, vc.extract)
 
 
+def _llm(jc, roster, cache, pc) -> PairwiseJudge:
+    from judges.llm import LLMJudge
+
+    return LLMJudge(roster.build(pc, pc.name), jc.template, jc.both_orders, jc.inconsistent,
+                    jc.max_parse_retries, pc.max_new_tokens, cache, _identity(pc))
+
+
+def _verifier(jc, roster, cache) -> PairwiseJudge:
+    return build_verifier(jc.verifier)
+
+
+def _llm_judge(jc, roster, cache) -> PairwiseJudge:
+    return _llm(jc, roster, cache, jc.player)
+
+
+def _hybrid(jc, roster, cache) -> PairwiseJudge:
+    from judges.hybrid import HybridJudge
+
+    return HybridJudge(build_verifier(jc.verifier), _llm(jc, roster, cache, jc.player), jc.llm_categories)
+
+
+def _panel(jc, roster, cache) -> PairwiseJudge:
+    from judges.panel import PanelJudge
+
+    return PanelJudge([_llm(jc, roster, cache, pc) for pc in jc.panel], jc.aggregate)
+
+
+def _custom(jc, roster, cache) -> PairwiseJudge:
+    from judges.custom import load_custom
+
+    options: dict[str, Any] = dict(jc.options)
+    return load_custom(jc.custom, options)
+
+
+# judge.kind -> how to build it from (JudgeConfig, Roster, cache)
+JUDGES: dict[str, Callable[..., PairwiseJudge]] = {
+    "verifier": _verifier, "llm": _llm_judge, "hybrid": _hybrid, "panel": _panel, "custom": _custom,
+}
+
+
 def build_judge(jc, roster, cache=None) -> PairwiseJudge:
     """``jc``: a JudgeConfig; ``roster``: the run's Roster (builds judge models like any player);
     ``cache``: a JsonlCache for LLM judge outputs, or None."""
-    verifier = build_verifier(jc.verifier)
-
-    def llm(pc) -> PairwiseJudge:
-        from judges.llm import LLMJudge
-
-        return LLMJudge(roster.build(pc, pc.name), jc.template, jc.both_orders, jc.inconsistent,
-                        jc.max_parse_retries, pc.max_new_tokens, cache, _identity(pc))
-
-    if jc.kind == "llm":
-        return llm(jc.player)
-    if jc.kind == "hybrid":
-        from judges.hybrid import HybridJudge
-
-        return HybridJudge(verifier, llm(jc.player), jc.llm_categories)
-    if jc.kind == "panel":
-        from judges.panel import PanelJudge
-
-        return PanelJudge([llm(pc) for pc in jc.panel], jc.aggregate)
-    if jc.kind == "custom":
-        from judges.custom import load_custom
-
-        options: dict[str, Any] = dict(jc.options)
-        return load_custom(jc.custom, options)
-    return verifier
+    if jc.kind not in JUDGES:
+        raise ValueError(f"judge.kind {jc.kind!r}: expected one of {', '.join(JUDGES)}")
+    return JUDGES[jc.kind](jc, roster, cache)

@@ -14,14 +14,10 @@ import json
 from collections import Counter
 from typing import Any
 
-from flywheel.records import Battle, Judgment
+from flywheel.records import Battle, Judgment, base_name
 from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.base import PairwiseJudge
 from judges.verifier import VerifierJudge
-
-
-def _base(name: str) -> str:
-    return name.split("@")[0]
 
 
 def _rate(hits: int, n: int) -> float | None:
@@ -48,7 +44,7 @@ def _wins_of(model: str, pairs: list[tuple[Battle, str | None]]) -> tuple[int, i
     """(wins, decisive battles) of ``model`` among ``pairs``."""
     wins = n = 0
     for b, winner in pairs:
-        seat = "model_a" if _base(b.model_a) == model else "model_b" if _base(b.model_b) == model else None
+        seat = "model_a" if base_name(b.model_a) == model else "model_b" if base_name(b.model_b) == model else None
         if seat is None or winner not in ("model_a", "model_b"):
             continue
         n += 1
@@ -77,7 +73,7 @@ def diagnose(battles: list[Battle], judgments: dict[str, Judgment], judge_model:
     judged = [(b, judgments[b.battle_id]) for b in battles if b.battle_id in judgments]
     js = [j for _, j in judged]
     pairs = [(b, j.winner) for b, j in judged]
-    contestants = {_base(m) for b, _ in judged for m in (b.model_a, b.model_b)}
+    contestants = {base_name(m) for b, _ in judged for m in (b.model_a, b.model_b)}
     out: dict[str, Any] = {
         "judge": judge_name or (js[0].judge if js else None),
         "judged": len(js),
@@ -107,7 +103,7 @@ def _panel(judged: list[tuple[Battle, Judgment]]) -> dict[str, Any]:
             "length_bias": length_bias(mine)["longer_wins"],
         }
         model = rows[0][1][i].get("model")
-        contestants = {_base(m) for b, _ in rows for m in (b.model_a, b.model_b)}
+        contestants = {base_name(m) for b, _ in rows for m in (b.model_a, b.model_b)}
         if model and model in contestants:
             # The other members' verdicts on the same battles: a majority of them, per battle.
             others = [(b, majority([ms[x]["winner"] for x in range(len(names)) if x != i])) for b, ms in rows]

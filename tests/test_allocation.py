@@ -74,7 +74,7 @@ def test_selective_trains_only_the_top_k():
 def test_uniform_records_rates_without_acting():
     out = allocate(AllocateConfig(), T, 100, 300, ACC, STEPS)
     assert not out.acting and out.learning_rates["a"] == pytest.approx(0.002)
-    assert out.to_dict()["policy"] == "uniform"
+    assert out.to_json()["policy"] == "uniform"
 
 
 def test_allocation_settings_are_checked():
@@ -161,13 +161,13 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     import types
 
     from flywheel.config import FlywheelConfig
-    from flywheel.store import RunStore, atomic_write_json
-    from flywheel.world import Roster, forget_players
+    from flywheel.store import RunStore
+    from flywheel.world import Roster
 
     cfg = AllocateConfig(policy="selective", warmup=1, gpu_memory=0.6)
     alloc = allocate(cfg, T, 100, 100, ACC, STEPS)
     assert alloc.shares == {"a": 1.0, "b": 0.0, "c": 0.0}
-    assert alloc.gpu_memory == {"a": 0.6, "b": 0.05, "c": 0.05} and alloc.to_dict()["gpu_memory"] == alloc.gpu_memory
+    assert alloc.gpu_memory == {"a": 0.6, "b": 0.05, "c": 0.05} and alloc.to_json()["gpu_memory"] == alloc.gpu_memory
     assert allocate(AllocateConfig(), T, 100, 100, ACC, STEPS).gpu_memory is None
 
     seen = []
@@ -183,13 +183,18 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     tree = {"targets": [{"name": "a", "kind": "vllm", "path": "/w/a"}, {"name": "b"}],
             "allocate": {"policy": "selective", "gpu_memory": 0.6}}
     store = RunStore(tmp_path)
-    atomic_write_json(store.iter_dir(1) / "stages" / "allocate.json", {"gpu_memory": {"a": 0.45, "b": 0.15}})
+    from flywheel.allocation import Allocation
+
+    after_1 = Allocation({"a": 0.75, "b": 0.25}, {"a": 3, "b": 1}, {"a": 3, "b": 1}, gpu_memory={"a": 0.45, "b": 0.15})
+    store.save_stage_json(1, "allocate", after_1.to_json(), 0.0)
     roster = Roster(FlywheelConfig.model_validate(tree), store)
     roster.player("a@0")  # before any allocation: an equal share
     roster.player("a@1")  # after iteration 1
     roster.player("a@2")  # iteration 2's allocation is not written yet: the one it was trained under
     tree["allocate"] = {}
     tree["targets"][0]["gpu_memory_utilization"] = 0.7
-    Roster(FlywheelConfig.model_validate(tree), store).player("a@3")  # no allocate.gpu_memory: its own
-    forget_players()
+    other = Roster(FlywheelConfig.model_validate(tree), store)
+    other.player("a@3")  # no allocate.gpu_memory: its own
+    roster.pool.release()
+    other.pool.release()
     assert seen == [("a", 0.3), ("a@1", 0.45), ("a@2", 0.45), ("a@3", 0.7)]

@@ -164,18 +164,18 @@ def test_a_repeated_run_sharing_a_cache_does_not_pay_twice(tmp_path):
     from flywheel.arena import generate_cached
     from flywheel.config import FlywheelConfig
     from flywheel.store import RunStore
-    from flywheel.world import Roster, forget_players
+    from flywheel.world import Roster
 
     with FakeAPI() as s:
         cfg = FlywheelConfig.model_validate({
             "run": {"cache_dir": str(tmp_path / "cache")},
             "opponents": [{"name": "oracle", "kind": "openai", "model": "o", "base_urls": [s.url],
                            "api_key_env": "FLYWHEEL_TEST_KEY"}]})
-        for run in ("first", "second"):
-            forget_players()
+        for run in ("first", "second"):  # a new process each: a new roster and player pool
             store = RunStore(tmp_path / run, cfg.run.cache_dir)
-            got = generate_cached(Roster(cfg, store), store, "oracle", PROMPTS)
+            roster = Roster(cfg, store)
+            got = generate_cached(roster, store, "oracle", PROMPTS)
+            roster.pool.release()
             assert [got[p.id].text for p in PROMPTS] == [solve(p.text) for p in PROMPTS]
         assert len(s.requests) == len(PROMPTS)  # the second run paid for nothing
         assert store.read_jsonl("usage.jsonl")[0]["cached"] == len(PROMPTS)
-        forget_players()

@@ -79,7 +79,7 @@ def test_pfsp_weights():
 
 
 def test_yield_reward_counts_only_new_training_examples():
-    from flywheel.records import Battle, Judgment
+    from flywheel.records import Battle, Judgment, JudgedBattle
     from flywheel.selection import feedback
 
     def b(i, prompt, winner):
@@ -87,21 +87,21 @@ def test_yield_reward_counts_only_new_training_examples():
             Judgment(str(i), "v", winner)
 
     pairs = [b(1, "1+1=", "model_b"), b(2, "1+1=", "model_b"), b(3, "2+0=", "tie"), b(4, "0+2=", "model_b")]
-    js = {j.battle_id: j for _, j in pairs}
-    got = feedback("yield", [x for x, _ in pairs], js, "student", {}, yielded={"0+2="})
+    got = feedback("yield", [JudgedBattle(x, j) for x, j in pairs], "student", {}, yielded={"0+2="})
     assert [r for _, _, r in got] == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
     from flywheel.config import FlywheelConfig
-    from flywheel.pipeline import Context, _bandit_path, load_selector
+    from flywheel.stages.context import Context
+    from flywheel.stages.select import load_selector
     from flywheel.store import RunStore, atomic_write_json
 
     cfg = FlywheelConfig.model_validate({"targets": [{"name": "x"}, {"name": "y-x"}]})
     ctx = Context(cfg, RunStore(tmp_path))
     other = load_selector(ctx, "y-x", 1, 1)
     other.prompt.update([0, 0], [1.0, 1.0])
-    atomic_write_json(_bandit_path(ctx, "y-x", 1, 1), other.state())
+    atomic_write_json(ctx.store.bandit_path("y-x", 1, 1), other.state())
     assert load_selector(ctx, "x", 1, 2).prompt.rounds == 0
     assert load_selector(ctx, "y-x", 1, 2).prompt.rounds == 1
 

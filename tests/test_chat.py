@@ -66,7 +66,7 @@ def test_stop_strings_end_a_generation(tiny_models_dir):
 def test_the_generation_cache_keys_on_how_a_model_is_asked(chat_models_dir, tmp_path):
     from flywheel.arena import generate_cached
     from flywheel.store import RunStore
-    from flywheel.world import Roster, forget_players
+    from flywheel.world import Roster
 
     store = RunStore(tmp_path)
 
@@ -78,13 +78,13 @@ def test_the_generation_cache_keys_on_how_a_model_is_asked(chat_models_dir, tmp_
     raw = roster(chat="off")
     keys = {r.identity("student") for r in (plain, other, stopped, raw)}
     assert len(keys) == 4 and "|chat:" in plain.identity("student") and "|chat:" not in raw.identity("student")
-    forget_players()
     generate_cached(plain, store, "student", PROMPTS)
     generate_cached(other, store, "student", PROMPTS)  # another system prompt: asked again
     generate_cached(plain, store, "student", PROMPTS)  # the first one again: from the cache
     rows = store.read_jsonl("usage.jsonl")
     assert [(r["generated"], r["cached"]) for r in rows] == [(2, 0), (2, 0), (0, 2)]
-    forget_players()
+    plain.pool.release()
+    other.pool.release()
 
 
 def test_a_chat_target_trains_on_conversational_datasets(harness, chat_models_dir, tmp_path):

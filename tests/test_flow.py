@@ -10,7 +10,6 @@ from datasets import load_from_disk
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel
-from flywheel.arena import read_plan
 from flywheel.store import RunLockedError, RunStore
 
 
@@ -52,6 +51,34 @@ def test_flow_writes_the_run_directory(finished_run):
     assert manifest["packages"]["trl"] and "iter-0002/train" in manifest["timings"]
 
 
+GOLDEN = Path(__file__).parent / "fixtures" / "golden.json"
+
+
+def check_golden(name: str, run_dir: Path, models_dir: Path) -> None:
+    """The run made exactly what the code before the stage-layer restructure made for the same
+    config and seed (tests/fixtures/golden.json, written by that code): the same battles, answers,
+    verdicts, datasets and accuracies. ``FLYWHEEL_UPDATE_GOLDEN=1`` rewrites the entry (only for a
+    change that means to alter results; say so in its commit)."""
+    import os
+
+    from tests.golden import digest, weights_digest
+
+    golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    got = {"weights": weights_digest(models_dir), **digest(run_dir)}
+    if os.environ.get("FLYWHEEL_UPDATE_GOLDEN") == "1":
+        golden[name] = got
+        GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
+        return
+    want = golden[name]
+    if got["weights"] != want["weights"]:  # another CPU's arithmetic pre-trained other tiny models
+        pytest.skip("the pre-trained tiny models differ from the fixture's (floating point of this machine)")
+    assert got == want
+
+
+def test_same_seed_same_results_as_before_the_restructure(finished_run, tiny_models_dir):
+    check_golden("flow", finished_run.root, tiny_models_dir)
+
+
 def test_the_category_table_puts_every_target_version_next_to_every_opponent(finished_run):
     from flywheel import reports
 
@@ -79,7 +106,7 @@ def test_curated_datasets_open_with_load_from_disk(finished_run):
 
 def test_battle_log_matches_the_plan_exactly(finished_run):
     for k in (1, 2):
-        plan = {s.battle_id for s in read_plan(finished_run, k)}
+        plan = {s.battle_id for s in finished_run.plan(k)}
         logged = [b.battle_id for b in finished_run.battles(k, "train")]
         assert sorted(logged) == sorted(plan) and len(set(logged)) == len(logged)
         assert all(b.model_a != b.model_b for b in finished_run.battles(k, "train"))
@@ -318,12 +345,13 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
     assert acting["learning_rates"]["fast"] == pytest.approx((loss["fast"][0] - loss["fast"][1]) / steps["fast"], rel=1e-3)
     assert loss["fast"][1] < loss["fast"][0] and loss["slow"][0] - loss["slow"][1] < loss["fast"][0] - loss["fast"][1]
     for k, alloc in ((1, warm), (2, acting)):  # battles and training steps per target follow the shares
-        plan = read_plan(RunStore(root), k)
+        plan = RunStore(root).plan(k)
         per_target = {t: sum(1 for s in plan if f"{t}@{k - 1}" in (s.model_a, s.model_b)) for t in ("fast", "mid", "slow")}
         assert per_target == alloc["battles"]
         assert all(summary["iterations"][k]["train_steps"][t] <= alloc["train_steps"][t] for t in per_target)
     for t in ("fast", "mid", "slow"):
         assert (root / "models" / f"{t}@2" / "config.json").exists()
+    check_golden("alloc", root, tiny_models_dir)
     # Federated: after each iteration's training the three (same-architecture) targets were merged,
     # weighted by accuracy; each version is half its own trained weights, half the weighted average.
     from safetensors.torch import load_file

@@ -117,7 +117,8 @@ def test_online_elo_moves_toward_the_winner():
 
 
 # -- edge cases, anchors, groups, names ----------------------------------------------------------
-from flywheel.ratings import consistency, rate  # noqa: E402
+from flywheel.battlelog import consistency  # noqa: E402
+from flywheel.ratings import rate  # noqa: E402
 
 
 def finite(report):

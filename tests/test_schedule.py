@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from flywheel.config import FlywheelConfig
-from flywheel.pipeline import open_run
+from flywheel.stages.context import open_run
 from flywheel.store import RunLockedError, RunStore
 from tests.conftest import tiny_tree
 

@@ -59,8 +59,9 @@ def test_keep_adapter_saves_a_lora_adapter_and_training_continues_from_it(tiny_m
 def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     """`train.launcher: accelerate` runs the same TRL code path under `accelerate launch` (here
     --cpu, one process); the version it saves is the one the next iteration plays."""
-    from flywheel import pipeline
     from flywheel.config import FlywheelConfig
+    from flywheel.stages.context import open_run
+    from flywheel.stages.train import train_targets
     from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
     from flywheel.records import DPOPair, SFTExample
     from tests.conftest import tiny_tree
@@ -68,17 +69,17 @@ def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="acc", train__launcher="accelerate",
                      train__batch_size=4)
     tree["targets"] = [{"name": "student", "learning_rate": 1e-2}]
-    ctx = pipeline.open_run(FlywheelConfig.model_validate(tree))
+    ctx = open_run(FlywheelConfig.model_validate(tree))
     try:
         rows = [SFTExample(p, c, f"p{i}", "add", "calc", f"b{i}", 1, "student")
                 for i, (p, c) in enumerate(zip(SFT["prompt"], SFT["completion"]))]
-        save_dataset(rows, SFT_COLUMNS, ctx.store.iter_dir(1) / "sft", "# card\n")
+        save_dataset(rows, SFT_COLUMNS, ctx.store.dataset_dir(1, "sft"), "# card\n")
         save_dataset([DPOPair("1+1=", "2", "3", "p", "add", "calc", "student@0", "b", 1, "student")],
-                     DPO_COLUMNS, ctx.store.iter_dir(1) / "dpo", "# card\n")
-        result = pipeline.train(ctx, 1, {"student": 3})
+                     DPO_COLUMNS, ctx.store.dataset_dir(1, "dpo"), "# card\n")
+        result = train_targets(ctx, 1, {"student": 3})
     finally:
         ctx.store.unlock()
-    assert result["student"]["steps"] == 3 and result["student"]["examples"] == 16
+    assert result.targets["student"].steps == 3 and result.targets["student"].examples == 16
     assert changed(tiny_models_dir / "student", ctx.store.model_dir("student@1"))
     assert (ctx.store.iter_dir(1) / "stages" / "train-student.json").exists()  # written by the launched process
 

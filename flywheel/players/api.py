@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.base import Player, PlayerSetup, SamplingParams
 from flywheel.records import Generation, Prompt
 
 
@@ -166,6 +166,21 @@ class APIPlayer(Player):
         self.budget = budget or Budget()
         self.usage = Usage()
         self._rng = random.Random(seed)
+
+    @classmethod
+    def from_config(cls, pc, name: str, setup: PlayerSetup) -> Player:
+        """Any API player, built-in or a user's subclass: the config's retries, concurrency,
+        timeout and prices, and the run's budget."""
+        return cls(name=name, model=setup.model or pc.model, base_urls=pc.base_urls,  # type: ignore[call-arg]
+                   api_key_env=pc.api_key_env, system_prompt=pc.system_prompt, max_concurrency=pc.max_concurrency,
+                   timeout_s=pc.timeout_s, retry=RetryPolicy(pc.max_retries, pc.backoff_s, pc.max_backoff_s),
+                   price_input_per_mtok=pc.price_input_per_mtok, price_output_per_mtok=pc.price_output_per_mtok,
+                   budget=setup.budget, seed=setup.seed, **cls.extra_config(pc))
+
+    @classmethod
+    def extra_config(cls, pc) -> dict:
+        """Constructor arguments of a subclass's own config fields."""
+        return {}
 
     @abc.abstractmethod
     async def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:

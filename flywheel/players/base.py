@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from flywheel.records import Generation, Prompt
 
@@ -23,6 +24,33 @@ class SamplingParams:
         return not self.temperature
 
 
+@dataclass(frozen=True)
+class PlayerSetup:
+    """What the run resolves for a player besides its config: local weights (``path``), the API
+    model it is asked for (a served target version is its own LoRA model), the run's spending
+    ``budget``, the seed and an in-process vLLM engine's GPU-memory share."""
+
+    path: str | None = None
+    model: str | None = None
+    budget: Any = None
+    seed: int = 0
+    gpu_memory_utilization: float | None = None
+
+
+@runtime_checkable
+class ServesAdapters(Protocol):
+    """A player that serves LoRA adapters by name (a vLLM server behind the OpenAI API)."""
+
+    def load_lora_adapter(self, lora_name: str, lora_path: str) -> None: ...
+
+
+@runtime_checkable
+class ScoresReferences(Protocol):
+    """A player that can score reference answers (mean per-token NLL), for loss signals."""
+
+    def reference_loss(self, prompts: list[Prompt]) -> float | None: ...
+
+
 class Player(abc.ABC):
     """Answers prompts. ``name`` is the arena name, versioned as ``base@k`` for targets.
 
@@ -32,6 +60,15 @@ class Player(abc.ABC):
     """
 
     name: str
+
+    @classmethod
+    def from_config(cls, pc: Any, name: str, setup: PlayerSetup) -> Player:
+        """Build from a ``PlayerConfig``: a local player loads ``setup.path``. API players (and a
+        user's ``module:Class`` that subclasses ``APIPlayer``) get retries and the budget there."""
+        if not setup.path:
+            raise ValueError(f"player {name}: kind {pc.kind} needs 'path'")
+        return cls(name=name, path=setup.path, batch_size=pc.batch_size, chat=pc.chat,  # type: ignore[call-arg]
+                   system_prompt=pc.system_prompt, device=pc.device, dtype=pc.dtype)
 
     @abc.abstractmethod
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:

@@ -39,6 +39,10 @@ class OpenAIPlayer(APIPlayer):
         self._clients: list = []
         self._next = itertools.count()
 
+    @classmethod
+    def extra_config(cls, pc) -> dict:
+        return {"max_tokens_field": pc.max_tokens_field}
+
     async def _open(self) -> None:
         from openai import AsyncOpenAI
 

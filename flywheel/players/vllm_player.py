@@ -8,11 +8,17 @@ from __future__ import annotations
 import time
 
 from flywheel.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.base import Player, PlayerSetup, SamplingParams
 from flywheel.records import Generation, Prompt
 
 
 class VLLMPlayer(Player):
+    @classmethod
+    def from_config(cls, pc, name: str, setup: PlayerSetup) -> Player:
+        if not setup.path:
+            raise ValueError(f"player {name}: kind vllm needs 'path'")
+        return cls(name, setup.path, setup.gpu_memory_utilization or pc.gpu_memory_utilization, pc.chat, pc.system_prompt)
+
     def __init__(self, name: str, path: str, gpu_memory_utilization: float = 0.9, chat: str = "auto",
                  system_prompt: str | None = None, **_: object) -> None:
         try:

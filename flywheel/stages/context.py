@@ -1,0 +1,196 @@
+"""The run context every stage gets (config, run directory, roster, prompt splits, judge), how a
+run is opened or resumed, and the bookkeeping that makes a finished stage run only once."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from flywheel.config import FlywheelConfig, dump_config, load_config
+from flywheel.records import Prompt, stable_id, versioned
+from flywheel.selection import arm_of
+from flywheel.store import RunStore, atomic_write_json, atomic_write_text
+from flywheel.world import Roster, world_pools
+from judges.base import PairwiseJudge
+
+
+
+class JsonRecord(Protocol):
+    """A stage result: a frozen record with a JSON round trip (stages/results.py)."""
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Any: ...
+
+
+R = TypeVar("R", bound=JsonRecord)
+
+# The contexts of run directories open in this process, by resolved path: the flow's own one
+# (registered by open_run), and those that workers build for mapped shards.
+_CONTEXTS: dict[str, Context] = {}
+
+
+@dataclass
+class Context:
+    """What every stage needs: the config, the run directory, the roster (with its player pool)
+    and the three prompt splits."""
+
+    cfg: FlywheelConfig
+    store: RunStore
+    roster: Roster = field(init=False)
+    train_pool: list[Prompt] = field(init=False)
+    eval_split: list[Prompt] = field(init=False)
+    validation: list[Prompt] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.roster = Roster(self.cfg, self.store)
+        self.train_pool, self.eval_split, self.validation = world_pools(self.cfg.world)
+
+    @functools.cached_property
+    def prompts(self) -> dict[str, Prompt]:
+        return {p.id: p for p in self.train_pool + self.eval_split + self.validation}
+
+    @functools.cached_property
+    def judge(self) -> PairwiseJudge:
+        from judges.build import build_judge
+
+        return build_judge(self.cfg.judge, self.roster, self.store.judge_outputs if self.cfg.judge.cache else None)
+
+    @functools.cached_property
+    def correct(self) -> Callable[[str | None, Prompt], bool]:
+        """Whether a response answers a prompt: the configured verifier's check (with its
+        final-answer extraction), which eval accuracy and the eval subsets use."""
+        from judges.build import build_verifier
+
+        verifier = build_verifier(self.cfg.judge.verifier)
+        return lambda response, prompt: verifier.correct(response, prompt.reference)
+
+    @functools.cached_property
+    def pool_by_cell(self) -> dict[str, list[Prompt]]:
+        cells: dict[str, list[Prompt]] = {}
+        for p in self.train_pool:
+            cells.setdefault(arm_of(p), []).append(p)
+        return dict(sorted(cells.items()))
+
+    def current_version(self, target: str, k: int) -> str:
+        """The version of ``target`` that plays in iteration ``k`` (trained in iteration k-1)."""
+        return versioned(target, k - 1)
+
+    def release_players(self) -> None:
+        """Close every loaded player (after versions change on disk, or GPU shares do)."""
+        self.roster.pool.release()
+
+
+# -- opening a run ------------------------------------------------------------------------------
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def open_run(cfg: FlywheelConfig, resume: Path | None = None, lock_wait_s: float = 0.0) -> Context:
+    """Create a run directory (config.yaml, manifest.json) or reopen one for ``--resume``.
+
+    On resume the run's own config.yaml is the config; the run directory is locked either way
+    (waiting up to ``lock_wait_s`` for another process to finish with it)."""
+    if resume is not None:
+        if not (resume / "config.yaml").exists():
+            raise FileNotFoundError(f"{resume} is not a run directory (no config.yaml)")
+        cfg = load_config(resume / "config.yaml")
+        store = RunStore(resume, cfg.run.cache_dir)
+        store.lock(lock_wait_s)
+        return _register(Context(cfg, store))
+    run_id = cfg.run.name or new_run_id()
+    root = Path(cfg.run.root) / run_id
+    if (root / "config.yaml").exists():
+        raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
+    cfg = cfg.model_copy(deep=True)
+    cfg.run.name = run_id
+    store = RunStore(root, cfg.run.cache_dir)
+    store.lock(lock_wait_s)
+    if (root / "config.yaml").exists():  # created by another process while this one waited
+        store.unlock()
+        raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
+    ctx = Context(cfg, store)
+    atomic_write_text(root / "config.yaml", dump_config(cfg))
+    atomic_write_json(store.manifest_path, _manifest(ctx))
+    return _register(ctx)
+
+
+def close_run(ctx: Context) -> None:
+    """Release the run's players and its lock (the flow's ``finally``)."""
+    ctx.release_players()
+    _CONTEXTS.pop(str(ctx.store.root.resolve()), None)
+    ctx.store.unlock()
+
+
+def _register(ctx: Context) -> Context:
+    _CONTEXTS[str(ctx.store.root.resolve())] = ctx
+    return ctx
+
+
+def worker_context(run_dir: str) -> Context:
+    """The Context of a run directory in this process: the flow's own one (registered by
+    open_run), or one a worker builds from the run's config.yaml (without taking the lock,
+    which the flow process holds)."""
+    key = str(Path(run_dir).resolve())
+    if key not in _CONTEXTS:
+        cfg = load_config(Path(run_dir) / "config.yaml")
+        _CONTEXTS[key] = Context(cfg, RunStore(Path(run_dir), cfg.run.cache_dir))
+    return _CONTEXTS[key]
+
+
+def _manifest(ctx: Context) -> dict[str, Any]:
+    versions = {}
+    for pkg in ("flywheel", "torch", "transformers", "trl", "datasets", "prefect", "peft", "numpy"):
+        try:
+            versions[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            versions[pkg] = None
+
+    def split(prompts: list[Prompt]) -> dict[str, Any]:
+        return {"prompts": len(prompts), "hash": stable_id(*sorted(p.text for p in prompts))}
+
+    return {
+        "run_id": ctx.cfg.run.name,
+        "created": datetime.now(timezone.utc).isoformat(),
+        "packages": versions,
+        "seeds": {"run": ctx.cfg.run.seed, "world": ctx.cfg.world.seed, "tasks": ctx.cfg.world.tasks.seed},
+        "inputs": {"train_pool": split(ctx.train_pool), "eval_split": split(ctx.eval_split),
+                   "validation_split": split(ctx.validation)},
+        "players": {n: ctx.roster.path(n) for n in ctx.roster.targets + ctx.roster.opponents},
+        "timings": {},
+    }
+
+
+# -- stage bookkeeping --------------------------------------------------------------------------
+def read_stage(store: RunStore, k: int, name: str, result: type[R]) -> R | None:
+    """Iteration ``k``'s stage result (``name``: ``evaluate``, ``select-r2``, ...), typed."""
+    data = store.stage_json(k, name)
+    return None if data is None else result.from_json(data)
+
+
+def stage(base: str, result: type[JsonRecord], per_round: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Run the stage unless its result is on disk; store the result and the stage's timing.
+    A ``per_round`` stage takes the round number after ``k`` and is recorded as ``<base>-r<n>``."""
+
+    def wrap(fn: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(fn)
+        def run(ctx: Context, k: int, *args: Any) -> R:
+            name = f"{base}-r{args[0]}" if per_round else base
+            done = read_stage(ctx.store, k, name, result)
+            if done is not None:
+                return done
+            t0 = time.perf_counter()
+            out = fn(ctx, k, *args)
+            ctx.store.save_stage_json(k, name, out.to_json(), time.perf_counter() - t0)
+            return out
+
+        return run
+
+    return wrap

@@ -1,0 +1,39 @@
+"""curate: an iteration's judged battles become SFT and DPO datasets on disk (Arena Learning's
+rules; flywheel/curation.py), with a dataset card and lineage."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
+from flywheel.records import PlayerVersion, stable_id
+from flywheel.stages.context import Context, stage
+from flywheel.stages.results import CurateResult
+
+
+@stage("curate", CurateResult)
+def curate_datasets(ctx: Context, k: int) -> CurateResult:
+    """Turn this iteration's judged battles into SFT and DPO datasets on disk."""
+    eval_texts = {p.text for p in ctx.eval_split}
+    held_out = eval_texts | {p.text for p in ctx.validation}  # neither split may reach training data
+    battles = ctx.store.battles(k, "train")
+    no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
+    cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
+    contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
+    players = {"targets": [m for m in contestants if PlayerVersion.parse(m).k is not None],
+               "opponents": [m for m in contestants if PlayerVersion.parse(m).k is None]}
+    lineage = {
+        "run_id": ctx.cfg.run.name, "iteration": k, "judge": ctx.judge.name, **players,
+        "battle_log": ctx.store.shard_files("battles", k, "train"),
+        "judgment_log": ctx.store.shard_files("judgments", k, "train"),
+        "battles": len(battles), "curate": ctx.cfg.curate.model_dump(), "dropped": cur.dropped,
+        "eval_split_hash": stable_id(*sorted(eval_texts)), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    # Chat targets are trained in conversations: the datasets are conversational when any target chats.
+    chat = any(ctx.roster.is_chat(t) for t in ctx.roster.targets)
+    systems = {t: ctx.roster.config(t).system_prompt for t in ctx.roster.targets} if chat else None
+    counts = {}
+    for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
+        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat)
+        counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
+    return CurateResult(counts["sft"], counts["dpo"], cur.dropped)

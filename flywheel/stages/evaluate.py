@@ -1,0 +1,96 @@
+"""evaluate: every target's newest version answers the held-out eval split and battles each
+opponent (reported only); accuracy per category, Bradley-Terry Elo with CIs over all eval
+battles so far, Elo on WizardArena's diverse / hard subsets; and the validation split's figures,
+which steer the run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flywheel import reports
+from flywheel.arena import generate_cached, judge_pending, play_battles
+from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
+from flywheel.players.base import ScoresReferences
+from flywheel.records import BattleSpec, stable_id, versioned
+from flywheel.selection import arm_of, seat
+from flywheel.stages.context import Context, stage
+from flywheel.stages.rate import board
+from flywheel.stages.results import EvalResult, Validation, VersionEval
+from flywheel.store import atomic_write_json, atomic_write_text, iter_name, read_json
+
+
+@stage("evaluate", EvalResult)
+def evaluate_versions(ctx: Context, k: int) -> EvalResult:
+    versions = [versioned(t, k) for t in ctx.roster.targets]
+    specs = []
+    for v in versions:
+        for opp in ctx.roster.opponents:
+            for p in ctx.eval_split:
+                key = stable_id("eval", v, opp, p.id)
+                a, b = seat(key, v, opp)
+                specs.append(BattleSpec(key, k, "eval", p.id, a, b, arm_of(p)))
+    play_battles(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
+    judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
+    by_model = {r.model: r for r in board(ctx.cfg, ctx.store.judged(None, "eval"), ctx.cfg.evaluate.bootstrap_seed)}
+    responses: dict[str, dict[str, str]] = {}
+    for bt in ctx.store.battles(k, "eval"):
+        responses.setdefault(bt.model_a, {})[bt.prompt_id] = bt.response_a
+        responses.setdefault(bt.model_b, {})[bt.prompt_id] = bt.response_b
+    subsets = _subset_boards(ctx, k, {m: responses.get(m, {}) for m in ctx.roster.opponents})
+    evals: dict[str, VersionEval] = {}
+    for m in versions + ctx.roster.opponents:
+        acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split, ctx.correct)
+        r = by_model.get(m)
+        in_subsets = {name: next((x["rating"] for x in rows if x["model"] == m), None) for name, rows in subsets.items()}
+        target = m in versions
+        evals[m] = VersionEval(acc, by_cat, r.rating if r else None, [r.lower, r.upper] if r else None, in_subsets,
+                               _reference_loss(ctx, m, ctx.eval_split) if target else None,
+                               validate(ctx, m, k) if target else None)
+    rows = [r.to_dict() for r in by_model.values()]
+    _publish(ctx, k, rows)
+    return EvalResult(evals, rows)
+
+
+def _publish(ctx: Context, k: int, rows: list[dict[str, Any]]) -> None:
+    """ratings/iter-000k.json and .md, and the Elo history."""
+    atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}.json"), rows)
+    atomic_write_text(ctx.store.ratings_path(f"{iter_name(k)}.md"),
+                      f"# Eval leaderboard after iteration {k}\n\n" + reports.markdown_table(rows) + "\n")
+    history = read_json(ctx.store.ratings_path("history.json"), {})
+    history[str(k)] = rows
+    atomic_write_json(ctx.store.ratings_path("history.json"), history)
+
+
+def _reference_loss(ctx: Context, version: str, prompts: list) -> float | None:
+    """The per-token loss of the reference answers, for a player that scores them (local
+    transformers targets); None for the others."""
+    if not issubclass(ctx.roster.player_class(version), ScoresReferences):
+        return None
+    player = ctx.roster.player(version)
+    return player.reference_loss(prompts) if isinstance(player, ScoresReferences) else None
+
+
+def validate(ctx: Context, version: str, k: int) -> Validation:
+    """A target version's accuracy on the validation split (and, where it scores references,
+    the loss of its reference answers): what steers the run, never the eval split."""
+    answers = generate_cached(ctx.roster, ctx.store, version, ctx.validation, k, "validation")
+    acc, by_cat = accuracy({pid: g.text for pid, g in answers.items() if g.ok}, ctx.validation, ctx.correct)
+    return Validation(len(ctx.validation), acc, by_cat, _reference_loss(ctx, version, ctx.validation))
+
+
+def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, str]]) -> dict[str, list[dict]]:
+    """Elo on the eval split's diverse and hard subsets and their mix (WizardArena's test sets).
+    The subsets are fixed the first time (from the opponents' answers) and kept in ratings/."""
+    path = ctx.store.ratings_path("eval-subsets.json")
+    subsets = read_json(path)
+    if subsets is None:
+        subsets = {"rules": SUBSET_RULES, "prompt_ids": eval_subsets(ctx.eval_split, reference_answers, ctx.correct)}
+        atomic_write_json(path, subsets)
+    every = ctx.store.judged(None, "eval")
+    boards = {}
+    for name, ids in subsets["prompt_ids"].items():
+        chosen = set(ids)
+        rows = [r for r in every if r.battle.prompt_id in chosen]
+        boards[name] = [x.to_dict() for x in board(ctx.cfg, rows, ctx.cfg.evaluate.bootstrap_seed)]
+    atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}-subsets.json"), boards)
+    return boards

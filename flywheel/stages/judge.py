@@ -1,0 +1,62 @@
+"""judge: the judge decides one round's battles (shard by shard, as they were played), and the
+round's verdicts reward each target's bandits."""
+
+from __future__ import annotations
+
+from flywheel import selection
+from flywheel.arena import judge_batch
+from flywheel.records import Battle, JudgedBattle, base_name
+from flywheel.stages.battle import shard_count
+from flywheel.stages.context import Context, stage, worker_context
+from flywheel.stages.results import JudgeResult
+from flywheel.stages.select import load_selector
+from flywheel.store import atomic_write_json
+
+
+def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
+    """Judge the battles of shard ``i`` of round ``rnd`` into ``judgments/`` (their judgments go
+    to no other file, so only this shard's battles are read). Failed battles are not judged."""
+    ctx = worker_context(run_dir)
+    name = ctx.store.shard_name(k, rnd, i)
+    if ctx.store.shard_exists("judgments", name):
+        return 0
+    todo = [b for b in ctx.store.read_shard("battles", name, Battle) if b.ok]
+    judge_batch(ctx.judge, ctx.store, todo, k, "train", name)
+    return len(todo)
+
+
+@stage("judge", JudgeResult, per_round=True)
+def judge_round(ctx: Context, k: int, rnd: int) -> JudgeResult:
+    """Judge every shard of the round not judged yet (as ``battle_round``), then feed the
+    round's rewards to the bandits."""
+    new = sum(judge_shard(str(ctx.store.root), k, rnd, i) for i in range(shard_count(ctx, k, rnd)))
+    js = ctx.store.judgments(k, "train")
+    update_bandits(ctx, k, rnd)
+    counts: dict[str, int] = {}
+    for j in js.values():
+        key = j.winner or "invalid"
+        counts[key] = counts.get(key, 0) + 1
+    return JudgeResult(len(js), new, counts)
+
+
+def update_bandits(ctx: Context, k: int, rnd: int) -> None:
+    """Update each target's bandits with round (k, rnd)'s rewards, once (the saved state marks it)."""
+    round_ids = {s.battle_id for s in ctx.store.plan(k, rnd) or []}
+    judged = ctx.store.judged(k, "train")
+    for t in ctx.roster.targets:
+        path = ctx.store.bandit_path(t, k, rnd)
+        if path.exists():
+            continue
+        sel = load_selector(ctx, t, k, rnd)
+        previous = {}
+        if ctx.cfg.select.reward == "progress" and k > 1:
+            previous = selection.arm_scores(ctx.store.judged(k - 1, "train"), t)
+        mine = [jb for jb in judged if jb.battle.battle_id in round_ids and _plays(jb, t)]
+        earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and _plays(jb, t)]
+        yielded = {jb.battle.prompt for jb in earlier if jb.score_of(t) == 0.0}
+        sel.update(selection.feedback(ctx.cfg.select.reward, mine, t, previous, yielded))
+        atomic_write_json(path, sel.state())
+
+
+def _plays(jb: JudgedBattle, target: str) -> bool:
+    return target in (base_name(jb.battle.model_a), base_name(jb.battle.model_b))

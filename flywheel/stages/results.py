@@ -1,0 +1,213 @@
+"""What each stage returns: frozen records, kept on disk as JSON in their historical layout
+(``iter-000k/stages/<stage>.json``, and summary.json's entries)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from flywheel.allocation import Allocation
+
+R = TypeVar("R", bound="StageRecord")
+
+
+class StageRecord:
+    """JSON round trip: fields by name; a field that is None and marked ``omit_none`` is left out
+    (the files never had it then); missing optional fields take their defaults (older runs)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = _plain(value)
+        return out
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any]) -> R:
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, StageRecord | Allocation):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def optional(default: Any = None) -> Any:
+    """A field left out of the JSON while it is None."""
+    return field(default=default, metadata={"omit_none": True})
+
+
+@dataclass(frozen=True)
+class SelectResult(StageRecord):
+    battles: int
+    policy: str
+    arms: dict[str, int]
+
+
+@dataclass(frozen=True)
+class BattleResult(StageRecord):
+    planned: int
+    logged: int
+    played_here: int
+
+
+@dataclass(frozen=True)
+class JudgeResult(StageRecord):
+    judged: int
+    judged_here: int
+    outcomes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class RateResult(StageRecord):
+    leaderboard: list[dict[str, Any]]
+    online_elo: dict[str, float]
+    target_score_by_arm: dict[str, float]
+
+
+@dataclass(frozen=True)
+class CurateResult(StageRecord):
+    sft_examples: int
+    dpo_pairs: int
+    dropped: dict[str, int]
+
+
+@dataclass(frozen=True)
+class TargetTraining(StageRecord):
+    """One target's new version: TRL steps taken, final loss, examples seen."""
+
+    version: str
+    steps: int
+    loss: float | None
+    examples: int
+    served_as: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainResult(StageRecord):
+    """Per target (stored as ``{target: TargetTraining}``)."""
+
+    targets: dict[str, TargetTraining]
+
+    def to_json(self) -> dict[str, Any]:
+        return {t: r.to_json() for t, r in self.targets.items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainResult:
+        return cls({t: TargetTraining.from_json(r) for t, r in data.items()})
+
+    def steps(self, target: str) -> int:
+        r = self.targets.get(target)
+        return r.steps if r else 0
+
+
+@dataclass(frozen=True)
+class MergeGroup(StageRecord):
+    targets: list[str]
+    weights: dict[str, float]
+    accuracy_before: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MergeResult(StageRecord):
+    groups: list[MergeGroup]
+    strength: float | None = optional()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MergeResult:
+        return cls([MergeGroup.from_json(g) for g in data.get("groups", [])], data.get("strength"))
+
+
+@dataclass(frozen=True)
+class Validation(StageRecord):
+    """A target version on the validation split: what steers the run."""
+
+    prompts: int
+    accuracy: float
+    accuracy_by_category: dict[str, float]
+    loss: float | None = optional()
+
+
+@dataclass(frozen=True)
+class VersionEval(StageRecord):
+    """A model on the eval split (reported only); a target version's validation figures too."""
+
+    accuracy: float
+    accuracy_by_category: dict[str, float]
+    elo: float | None
+    elo_ci: list[float] | None
+    elo_by_subset: dict[str, float | None] = field(default_factory=dict)
+    eval_loss: float | None = optional()
+    validation: Validation | None = optional()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VersionEval:
+        val = data.get("validation")
+        return cls(data["accuracy"], data.get("accuracy_by_category", {}), data.get("elo"), data.get("elo_ci"),
+                   data.get("elo_by_subset", {}), data.get("eval_loss"),
+                   Validation.from_json(val) if val is not None else None)
+
+    def standing(self, measure: str) -> float | None:
+        """The version's standing for steering: its validation ``accuracy``, or minus its
+        validation ``loss``. Runs made before the validation split existed have only the eval
+        split's figures, and those are used for them."""
+        if self.validation is None:
+            value = self.accuracy if measure == "accuracy" else self.eval_loss
+        else:
+            value = self.validation.accuracy if measure == "accuracy" else self.validation.loss
+        if value is None:
+            return None
+        return value if measure == "accuracy" else -value
+
+
+@dataclass(frozen=True)
+class EvalResult(StageRecord):
+    eval: dict[str, VersionEval]
+    leaderboard: list[dict[str, Any]]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> EvalResult:
+        return cls({m: VersionEval.from_json(v) for m, v in data.get("eval", {}).items()}, data.get("leaderboard", []))
+
+
+@dataclass(frozen=True)
+class IterationSummary(StageRecord):
+    """One entry of summary.json: what iteration ``k`` did and what it reached."""
+
+    iteration: int
+    battles: int
+    failed_battles: int
+    sft_examples: int
+    dpo_pairs: int
+    train_steps: dict[str, int]
+    eval: dict[str, VersionEval]
+    opponents_eval: dict[str, VersionEval]
+    allocation: Allocation | None
+    merge: MergeResult | None
+    arms: dict[str, int]
+    usage: dict[str, dict[str, float]]
+    judge: dict[str, Any]
+    bandit: dict[str, list[dict[str, Any]]]
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        out = super().to_json()
+        out["allocation"] = out["allocation"] or {}
+        out["merge"] = out["merge"] or {}
+        return out
+
+
+STAGE_RESULTS: dict[str, type] = {
+    "select": SelectResult, "battle": BattleResult, "judge": JudgeResult, "rate": RateResult,
+    "curate": CurateResult, "train": TrainResult, "merge": MergeResult, "evaluate": EvalResult,
+    "allocate": Allocation,
+}

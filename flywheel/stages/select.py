@@ -1,0 +1,52 @@
+"""select: the bandits choose one round of train battles (prompt cells x opponents) per target."""
+
+from __future__ import annotations
+
+from flywheel import selection
+from flywheel.records import BattleSpec
+from flywheel.selection import Selector
+from flywheel.stages.context import Context, stage
+from flywheel.stages.results import SelectResult
+
+
+def round_budget(total: int, rounds: int, rnd: int) -> int:
+    """Battles in round ``rnd`` (1-based) when ``total`` are split over ``rounds``."""
+    return total // rounds + (1 if rnd <= total % rounds else 0)
+
+
+def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
+    """The target's bandit state after the latest round before (k, rnd), or a fresh one."""
+    state = ctx.store.latest_bandit_state(target, (k, rnd))
+    if state is not None:
+        return Selector.from_state(state)
+    return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell), ctx.roster.opponents)
+
+
+def count_arms(specs: list[BattleSpec]) -> dict[str, int]:
+    arms: dict[str, int] = {}
+    for sp in specs:
+        arms[sp.arm] = arms.get(sp.arm, 0) + 1
+    return dict(sorted(arms.items()))
+
+
+@stage("select", SelectResult, per_round=True)
+def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> SelectResult:
+    """Choose round ``rnd`` of iteration ``k``'s train battles for every target (``budgets``:
+    battles per target for the whole iteration). The plan is stored before it is returned, so a
+    resumed run plays exactly these battles."""
+    cfg = ctx.cfg.select
+    specs: list[BattleSpec] = ctx.store.plan(k, rnd) or []
+    if not specs:
+        earlier = ctx.store.plan(k) or []
+        for t in ctx.roster.targets:
+            n = round_budget(budgets[t], cfg.rounds, rnd)
+            version = ctx.current_version(t, k)
+            used = {s.prompt_id for s in earlier if version in (s.model_a, s.model_b)}
+            rates = {}
+            if cfg.opponents == "pfsp":
+                rates = selection.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
+                                                     ctx.roster.opponents)
+            specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, version, n, k, rnd,
+                                          ctx.cfg.run.seed, used, rates)
+        ctx.store.write_plan(k, rnd, specs)
+    return SelectResult(len(specs), cfg.policy, count_arms(specs))

@@ -1,0 +1,111 @@
+"""train: TRL fine-tunes each target's current version into the next one on the iteration's
+curated data: in this process, or through ``accelerate launch`` (``train.launcher``)."""
+
+from __future__ import annotations
+
+import logging
+
+from flywheel.players.base import ServesAdapters
+from flywheel.records import versioned
+from flywheel.stages.context import Context, stage
+from flywheel.stages.results import TargetTraining, TrainResult
+from flywheel.training import is_main_process, train_version
+
+log = logging.getLogger("flywheel")
+
+
+@stage("train", TrainResult)
+def train_targets(ctx: Context, k: int, steps: dict[str, int]) -> TrainResult:
+    """Every target's version ``k`` (``steps``: training steps per target), one at a time."""
+    one = launch_training if ctx.cfg.train.launcher == "accelerate" else train_target
+    return TrainResult({t: one(ctx, k, t, steps[t]) for t in ctx.roster.targets})
+
+
+def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
+    """Train target ``t``'s version k from version k-1 on iteration k's curated data."""
+    new = versioned(t, k)
+    target_dir = ctx.store.model_dir(new)
+    sft = training_data(ctx, k, "sft", t)
+    dpo = training_data(ctx, k, "dpo", t)
+    pc = ctx.roster.config(t)
+    tc = ctx.cfg.train if pc.learning_rate is None else ctx.cfg.train.model_copy(update={"learning_rate": pc.learning_rate})
+    if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
+        previous = ctx.store.model_dir(ctx.current_version(t, k)) if k > 1 else None
+        res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
+                            ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
+        if ctx.cfg.allocate.sharing != "federated":  # federated: served once merged
+            serve_adapter(ctx, t, k)
+    else:
+        res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
+                            ctx.cfg.run.seed + k)
+    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None)
+
+
+def serve_adapter(ctx: Context, t: str, k: int) -> None:
+    """Ask the server behind a ``serve_lora`` target to load version ``k``'s adapter (main process)."""
+    if not is_main_process():
+        return
+    player = ctx.roster.build(ctx.roster.config(t), t)
+    if not isinstance(player, ServesAdapters):
+        raise ValueError(f"target {t}: serve_lora needs a player kind that serves adapters (openai against vLLM)")
+    player.load_lora_adapter(versioned(t, k), str(ctx.store.model_dir(versioned(t, k)).resolve()))
+
+
+def training_data(ctx: Context, k: int, kind: str, target: str):
+    """The ``sft`` or ``dpo`` rows target ``target`` trains on in iteration ``k`` (with
+    ``train.replay``, earlier iterations' SFT rows too; ``cooperative``: every target's)."""
+    from datasets import concatenate_datasets, load_from_disk
+
+    iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
+    # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
+    parts = [load_from_disk(str(ctx.store.dataset_dir(i, kind)), keep_in_memory=True) for i in iters]
+    if ctx.cfg.allocate.sharing != "cooperative":  # cooperative: every target's winning traces
+        parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
+    parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
+    return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+
+
+def shape_for(data, chat: bool, system: str | None):
+    """Rows of either format as the target reads them: conversations asked with its own system
+    prompt (a chat target; pooled rows may come from another target's battles), or plain text."""
+    from flywheel.chat import TEXT_COLUMNS, as_text, assistant, messages
+
+    def row(r: dict) -> dict:
+        out = {"prompt": messages(as_text(r["prompt"]), system) if chat else as_text(r["prompt"])}
+        for c in TEXT_COLUMNS[1:]:
+            if c in r:
+                out[c] = assistant(as_text(r[c])) if chat else as_text(r[c])
+        return out
+
+    cols = [c for c in TEXT_COLUMNS if c in data.column_names]
+    return data.select_columns(cols).map(row, remove_columns=cols, keep_in_memory=True)
+
+
+def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
+    """``accelerate launch`` the training of one target (flywheel/train_worker.py); its main
+    process writes the result next to the stage results."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = ctx.store.stage_json(k, f"train-{t}")
+    if done is not None:
+        return TargetTraining.from_json(done)
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if accelerate is None:
+        raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
+    from flywheel.training import Hardware, precision
+
+    hw = Hardware.detect()
+    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(precision(ctx.cfg.train, hw), "no")
+    cmd = [accelerate, "launch", "--num_processes", str(ctx.cfg.train.num_processes), "--num_machines", "1",
+           "--mixed_precision", mixed, "--dynamo_backend", "no"]
+    cmd += [] if hw.cuda else ["--cpu"]
+    cmd += ["-m", "flywheel.train_worker", str(ctx.store.root), str(k), t, str(steps)]
+    log.info("training %s@%d: %s", t, k, " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    done = ctx.store.stage_json(k, f"train-{t}")
+    if proc.returncode != 0 or done is None:
+        raise RuntimeError(f"accelerate launch for {t}@{k} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return TargetTraining.from_json(done)
