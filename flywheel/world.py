@@ -12,6 +12,7 @@ from flywheel.allocation import Allocation, equal, gpu_memory_shares
 from flywheel.chat import template_hash, template_of, uses_chat
 from flywheel.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.players import Player, SamplingParams, resolve
+from flywheel.players.registry import player_from_config
 from flywheel.players.base import PlayerSetup
 from flywheel.records import PlayerVersion, Prompt, stable_id
 from flywheel.store import RunStore
@@ -163,15 +164,11 @@ class Roster:
         """A new player from its config through its kind's ``from_config`` (arena players, and
         the judge's model)."""
         in_arena = PlayerVersion.parse(name).name in self._by_name
-        cls = resolve(pc.kind)
         setup = PlayerSetup(path=self.path(name) if in_arena else pc.path,
                             model=self.api_model(name) if in_arena else pc.model, budget=self.budget,
                             seed=self.cfg.run.seed,
                             gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
-        player = cls.from_config(pc, name, setup)
-        if not isinstance(player, Player):
-            raise TypeError(f"kind {pc.kind!r} built {type(player).__name__}, which is not a Player")
-        return player
+        return player_from_config(pc, name, setup)
 
     def gpu_memory(self, player: str) -> float:
         """An in-process vLLM engine's GPU-memory fraction. With ``allocate.gpu_memory``, a target

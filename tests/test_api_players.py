@@ -5,7 +5,7 @@ import time
 import pytest
 
 from flywheel.players import SamplingParams, create_player
-from flywheel.players.api import Budget, RetryPolicy
+from flywheel.players.api import APIPlayer, Budget, RetryPolicy
 from flywheel.tasks import build_suite
 from tests.fakeapi import FakeAPI, solve
 
@@ -179,3 +179,29 @@ def test_a_repeated_run_sharing_a_cache_does_not_pay_twice(tmp_path):
             assert [got[p.id].text for p in PROMPTS] == [solve(p.text) for p in PROMPTS]
         assert len(s.requests) == len(PROMPTS)  # the second run paid for nothing
         assert store.read_jsonl("usage.jsonl")[0]["cached"] == len(PROMPTS)
+
+
+class UserAPIPlayer(APIPlayer):
+    """A user's own API player (``kind: tests.test_api_players:UserAPIPlayer``)."""
+
+    def __init__(self, name, model, base_urls=None, api_key_env=None, system_prompt=None, **kw):
+        super().__init__(name, **kw)
+        self.model = model
+
+    async def _complete(self, prompt, params):
+        raise NotImplementedError
+
+
+def test_a_users_api_player_class_gets_the_configs_retries_and_the_run_budget(tmp_path):
+    from flywheel.config import FlywheelConfig
+    from flywheel.store import RunStore
+    from flywheel.world import Roster
+
+    cfg = FlywheelConfig.model_validate({"budget": {"max_usd": 2.5}, "opponents": [
+        {"name": "mine", "kind": "tests.test_api_players:UserAPIPlayer", "model": "m-1", "max_retries": 7,
+         "backoff_s": 0.25, "max_concurrency": 3, "price_input_per_mtok": 1.5}]})
+    roster = Roster(cfg, RunStore(tmp_path))
+    player = roster.player("mine")
+    assert isinstance(player, UserAPIPlayer) and player.model == "m-1"
+    assert player.retry == RetryPolicy(7, 0.25, 30.0) and player.max_concurrency == 3
+    assert player.budget is roster.budget and player.prices == (1.5, 0.0)

@@ -71,9 +71,11 @@ def test_a_run_directory_made_before_the_stage_restructure_resumes(tiny_models_d
     cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     cfg["run"]["root"], cfg["world"]["models_dir"] = str(tmp_path / "runs"), str(tiny_models_dir)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    kept = {p.relative_to(fixture): p.read_bytes() for p in fixture.rglob("*")
-            if p.is_file() and p.suffix in (".parquet", ".jsonl") and p.parent.name != "cache"
-            or p.parent.name in ("stages", "bandits")}
+    def kept_as_is(p: Path) -> bool:  # logs, plans, stage results and bandit state (not the caches)
+        logs = p.suffix in (".parquet", ".jsonl") and p.parent.name != "cache"
+        return p.is_file() and (logs or p.parent.name in ("stages", "bandits"))
+
+    kept = {p.relative_to(fixture): p.read_bytes() for p in fixture.rglob("*") if kept_as_is(p)}
     before = json.loads((fixture / "summary.json").read_text())
 
     resumed = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", "--resume", str(run_dir)], env=cli_env,

@@ -39,8 +39,17 @@ def resolve(kind: str, registry: dict[str, str] = PLAYER_KINDS) -> type:
 
 
 def create_player(kind: str, name: str, **kwargs: Any) -> Player:
-    cls = resolve(kind)
-    player = cls(name=name, **kwargs)
+    """A player of ``kind`` from constructor arguments."""
+    return _checked(kind, resolve(kind)(name=name, **kwargs))
+
+
+def player_from_config(pc: Any, name: str, setup: Any) -> Player:
+    """A player from its ``PlayerConfig`` through its kind's ``from_config`` (``setup``: a
+    ``PlayerSetup``, what the run resolved for it)."""
+    return _checked(pc.kind, resolve(pc.kind).from_config(pc, name, setup))
+
+
+def _checked(kind: str, player: Any) -> Player:
     if not isinstance(player, Player):
         raise TypeError(f"kind {kind!r} built {type(player).__name__}, which is not a Player")
     return player
