@@ -72,7 +72,10 @@ def play_battles(
 
 def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
                name: str | None = None) -> None:
-    """Play ``todo`` and append them to the battle log as one shard (named ``name``, if given)."""
+    """Play ``todo`` and append them to the battle log as one shard (named ``name``, if given).
+    In a games world a battle is a game played move by move (flywheel/games/play.py)."""
+    if roster.cfg.world.kind == "games":
+        return _play_games(roster, store, todo, prompts, name)
     need: dict[str, list[Prompt]] = {}
     for s in todo:
         for m in (s.model_a, s.model_b):
@@ -89,6 +92,17 @@ def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts:
                    s.model_a, s.model_b, ga.text, gb.text, error, s.arm)
         )
     store.append_battles(battles, name)
+
+
+def _play_games(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
+                name: str | None) -> None:
+    from flywheel.games.play import play_games
+
+    gc = roster.cfg.world.games
+    battles, usage = play_games(roster, todo, prompts, gc.prompt, gc.max_illegal)
+    store.append_battles(battles, name)
+    for row in usage:
+        store.append_jsonl("usage.jsonl", {"iteration": todo[0].iteration, "phase": todo[0].phase, **row})
 
 
 def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: str, shard_size: int = 500) -> int:

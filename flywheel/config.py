@@ -89,7 +89,38 @@ class PromptPoolConfig(Strict):
     skip_bad: bool = Field(False, description="Skip unreadable rows (and report them) instead of failing.")
 
 
+class GamesConfig(Strict):
+    """The games world (``world.kind: games``; see flywheel/games/): start positions and rules of play."""
+
+    games: list[Literal["tictactoe", "connect4"]] = Field(["tictactoe"], min_length=1, description="Games played "
+                                                          "(the world's categories).")
+    openings: list[int] = Field([1, 2, 3], min_length=1, description="Random opening moves before a battle starts "
+                                "(the world's levels): more gives more distinct start positions.")
+    train_per_cell: int = Field(200, ge=1, description="Train start positions per game x opening.")
+    eval_per_cell: int = Field(30, ge=1, description="Held-out eval start positions per game x opening (reported only).")
+    val_per_cell: int = Field(15, ge=1, description="Validation start positions per game x opening, taken out of "
+                              "train: what steers a run reads them.")
+    max_illegal: int = Field(2, ge=0, description="Re-asks after an answer that names no legal move; then the "
+                             "move is a forfeit (a recorded loss).")
+    prompt: Literal["terse", "verbose"] = Field("terse", description="How a position is shown: terse "
+                                                "(ttt x-o------ o=, the project's character-level models) or "
+                                                "verbose (a described board, for instruct LLMs).")
+    pretrain_examples: int = Field(4000, ge=1, description="Tiny game models: (position, random legal move) "
+                                   "pre-training examples (they learn the format, not the game).")
+    seed: int = Field(1234, description="Seed of the start positions.")
+
+    @field_validator("openings")
+    @classmethod
+    def _openings(cls, v: list[int]) -> list[int]:
+        if any(n < 0 or n > 8 for n in v):
+            raise ValueError("openings must be between 0 and 8 moves")
+        return v
+
+
 class WorldConfig(Strict):
+    kind: Literal["tasks", "games"] = Field("tasks", description="tasks: the verifiable task suite (and prompt "
+                                            "pools); games: symmetric games played move by move (world.games).")
+    games: GamesConfig = Field(default_factory=GamesConfig)
     models_dir: Path = Field(Path("data/models"), description="Where bootstrapped models live.")
     tasks: TaskSuiteConfig = Field(default_factory=TaskSuiteConfig)
     prompt_pools: list[PromptPoolConfig] = Field([], description="User prompt pools added to the train pool "
@@ -120,6 +151,8 @@ class SelectConfig(Strict):
     exploration: float = Field(1.0, gt=0, description="Exploration strength (UCB's c, EXP3's gamma/0.1).")
     pfsp_mode: Literal["hard", "variance"] = Field("hard", description="PFSP f(x): (1-x)^p or x(1-x).")
     pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
+    self_play: bool = Field(False, description="Add an opponent arm 'self': the target plays one of its earlier "
+                            "versions (uniformly; in the first iteration, itself).")
 
 
 class RatingConfig(Strict):
@@ -270,6 +303,16 @@ class FlywheelConfig(Strict):
             if remote:
                 raise ValueError(f"allocate.signal: loss needs local transformers targets (validation loss on the "
                                  f"reference answers); not: {', '.join(remote)}")
+        if (self.world.kind == "games") != (self.judge.kind == "game"):
+            raise ValueError("world.kind games and judge.kind game go together (the rules judge the games)")
+        if self.world.kind == "games":
+            if self.allocate.signal == "loss":
+                raise ValueError("allocate.signal: loss needs reference answers; a games world has none")
+            if self.world.prompt_pools:
+                raise ValueError("world.prompt_pools: a games world plays start positions, not prompts")
+            bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
+            if bad:
+                raise ValueError(f"world.models: categories {bad} are not games of world.games.games")
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
         return self

@@ -50,6 +50,7 @@ class PlayerConfig(Strict):
                                         "rate (default: train.learning_rate).")
     serve_lora: bool = Field(False, description="openai kind, targets: load each new version into the vLLM "
                              "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
+    depth: int = Field(2, ge=1, le=12, description="minimax kind (games world): search depth in moves.")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vllm kind (in-process): the fraction of "
                                           "GPU memory the engine may use (for targets, allocate.gpu_memory overrides it).")
 
@@ -100,9 +101,10 @@ class VerifierConfig(Strict):
 
 
 class JudgeConfig(Strict):
-    kind: Literal["verifier", "llm", "hybrid", "panel", "custom"] = Field(
+    kind: Literal["verifier", "llm", "hybrid", "panel", "custom", "game"] = Field(
         "verifier", description="verifier (checks the reference), llm (a player judges pairwise), hybrid "
-        "(verifier where a reference exists, llm elsewhere), panel (several LLM judges), custom.")
+        "(verifier where a reference exists, llm elsewhere), panel (several LLM judges), custom, game (the rules "
+        "decide: world.kind games).")
     player: PlayerConfig | None = Field(None, description="The judge model, for kinds llm and hybrid (any player kind).")
     template: str = Field("arena_hard", description="Prompt template: arena_hard, wizardarena (1-10 scores), "
                           "or a file path.")

@@ -35,15 +35,8 @@ def curate(
     seen_dpo: set[tuple[str, str]] = set()
     target_set = set(targets)
     for b in battles:
-        j = judgments.get(b.battle_id)
-        if not b.ok:
-            dropped["failed"] += 1
-            continue
-        if j is None or not j.valid:
-            dropped["invalid"] += 1
-            continue
-        if j.winner not in ("model_a", "model_b"):
-            dropped["undecided"] += 1
+        j = decisive(b, judgments.get(b.battle_id), dropped)
+        if j is None:
             continue
         if j.margin < cfg.min_margin:
             dropped["weak"] += 1
@@ -75,6 +68,17 @@ def curate(
             seen_dpo.add((target, b.prompt))
             dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
     return Curated(sft, dpo, dropped)
+
+
+def decisive(b: Battle, j: Judgment | None, dropped: dict[str, int]) -> Judgment | None:
+    """The battle's judgment if it is a valid, decisive verdict on a battle that was played;
+    else None, counted in ``dropped`` (failed, invalid or undecided)."""
+    why = "failed" if not b.ok else "invalid" if j is None or not j.valid else \
+        "undecided" if j.winner not in ("model_a", "model_b") else None
+    if why is not None:
+        dropped[why] += 1
+        return None
+    return j
 
 
 def conversational(rows: list, columns: list[str], systems: dict[str, str | None]) -> dict[str, list]:
@@ -133,14 +137,14 @@ def _write_empty_shard(folder: Path, features) -> None:
 
 
 def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int],
-                 players: dict[str, list[str]] | None = None, chat: bool = False) -> str:
+                 players: dict[str, list[str]] | None = None, chat: bool = False, rule: str | None = None) -> str:
     sources: dict[str, int] = {}
     categories: dict[str, int] = {}
     for r in rows:
         src = getattr(r, "source_model", None) or r.chosen_model
         sources[src] = sources.get(src, 0) + 1
         categories[r.category] = categories.get(r.category, 0) + 1
-    rule = (
+    rule = rule or (
         "the winner's response wherever a target lost (Arena Learning SFT rule)"
         if kind == "sft"
         else "(winner, loser) responses of decisive battles with a target in them"

@@ -76,10 +76,15 @@ def result_text(run_dir: Path) -> str:
     last = summary["iterations"][-1]["iteration"]
     rows = read_json(store.ratings_path(f"{iter_name(last)}.json"), [])
     parts = [f"\nrun directory: {run_dir}",
-             f"\nEval leaderboard after iteration {last} (Bradley-Terry Elo, 95% CI):\n", reports.text_table(rows),
+             f"\nEval leaderboard after iteration {last} (Bradley-Terry Elo, 95% CI):\n",
+             reports.text_table(rows, reports.columns_for(rows)),
              "\nTarget progress on the held-out eval split:\n", reports.progress_table(summary),
              "\nEval accuracy by category: every target version next to every opponent:\n",
              reports.category_table(summary)]
+    games = reports.games_table(summary)
+    if games:
+        parts[-2:] = ["\nGames against each opponent on the held-out eval positions (validation_wd: win-or-draw "
+                      "on the validation positions):\n", games]
     if len(summary.get("targets", [])) > 1:
         parts += ["\nCompute allocation for the next iteration (ModelArena):\n", reports.allocation_lines(summary)]
     parts += ["\nJudge diagnostics per iteration:\n", reports.judge_lines(summary)]

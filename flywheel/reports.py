@@ -21,6 +21,7 @@ def columns_for(rows: Sequence[dict[str, Any]], base: Sequence[str] = COLUMNS) -
         cols += ("group",)
     if any(r.get("note") for r in rows):
         cols += ("note",)
+    cols += tuple(sorted({c for r in rows for c in r if c.startswith("wd_vs_")}))  # games: win-or-draw rates
     return cols
 
 
@@ -33,7 +34,8 @@ def _cell(v: Any) -> str:
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge", "target", "policy")}
+    left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge", "target", "policy",
+                                                       "opponent")}
     line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
@@ -128,6 +130,24 @@ def category_table(summary: dict[str, Any]) -> str:
     """``category_rows`` as a text table: every target version next to every opponent."""
     rows, cats = category_rows(summary)
     return text_table(rows, ["model", "overall", *cats]) if rows else ""
+
+
+def games_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Games world: every target version's eval results against each opponent (win, draw, loss,
+    win-or-draw) and its validation win-or-draw rate."""
+    rows = []
+    for e in summary.get("iterations", []):
+        for name, ev in e.get("eval", {}).items():
+            for opp, g in (ev.get("games") or {}).items():
+                rows.append({"model": name, "opponent": opp, **g,
+                             "validation_wd": (ev.get("validation") or {}).get("accuracy")})
+    return rows
+
+
+def games_table(summary: dict[str, Any]) -> str:
+    rows = games_rows(summary)
+    cols = ["model", "opponent", "games", "win", "draw", "loss", "win_or_draw", "validation_wd"]
+    return text_table(rows, cols) if rows else ""
 
 
 def usage_lines(summary: dict[str, Any]) -> str:

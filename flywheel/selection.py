@@ -25,9 +25,12 @@ import numpy as np
 
 from flywheel.bandits import Bandit, pfsp_weights
 from flywheel.config import SelectConfig
-from flywheel.records import Battle, BattleSpec, JudgedBattle, Prompt, base_name, stable_id
+from flywheel.records import (SCORE_A, Battle, BattleSpec, JudgedBattle, PlayerVersion, Prompt, base_name, stable_id,
+                              versioned)
 
 REWARDS = ("yield", "progress", "uncertainty")
+# The opponent arm of self-play (select.self_play): an earlier version of the target itself.
+SELF = "self"
 
 
 def arm_of(p: Prompt) -> str:
@@ -40,8 +43,35 @@ def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
     return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
 
 
-def _opponent(b: Battle, target_base: str) -> str:
-    return b.model_b if base_name(b.model_a) == target_base else b.model_a
+def opponent_arms(cfg: SelectConfig, opponents: list[str]) -> list[str]:
+    """The opponent arms of a selector: the opponents, and ``self`` with self-play."""
+    return list(opponents) + ([SELF] if cfg.self_play else [])
+
+
+def past_self(version: str, rng: np.random.Generator) -> str:
+    """The opponent the ``self`` arm stands for: a uniformly drawn earlier version of
+    ``version`` (in the first iteration, when there is none, the version itself)."""
+    base, k = PlayerVersion.parse(version)
+    return versioned(base, int(rng.integers(0, k))) if k else version
+
+
+def _seat_a(b: Battle, target: str) -> bool:
+    """Whether ``target`` (a version, or a base name) sits in seat A; an exact version decides
+    a battle of two versions of one target (self-play), else the base name."""
+    if target in (b.model_a, b.model_b):
+        return b.model_a == target
+    return base_name(b.model_a) == base_name(target)
+
+
+def _opponent(b: Battle, target: str) -> str:
+    """The opponent arm of ``target``'s battle (``self`` for a version of the target)."""
+    opp = b.model_b if _seat_a(b, target) else b.model_a
+    return SELF if base_name(opp) == base_name(target) else opp
+
+
+def _score(jb: JudgedBattle, target: str) -> float:
+    a = SCORE_A[jb.winner]
+    return a if _seat_a(jb.battle, target) else 1.0 - a
 
 
 def _plays(b: Battle, target_base: str) -> bool:
@@ -128,6 +158,8 @@ def plan_round(
     prompts = pick_prompts(pool_by_cell, choices, used, rng)
     specs = []
     for i, ((cell, opponent), p) in enumerate(zip(choices, prompts)):
+        if opponent == SELF:
+            opponent = past_self(target, rng)
         key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
         a, b = seat(key, target, opponent)
         specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell))
@@ -137,13 +169,14 @@ def plan_round(
 def feedback(
     reward: str, judged: Iterable[JudgedBattle], target_base: str, previous_scores: dict[str, float], yielded: set[str] | None = None,
 ) -> list[tuple[str, str, float]]:
-    """(cell, opponent, reward) for each judged battle of ``target_base`` in one round.
+    """(cell, opponent, reward) for each judged battle of ``target_base`` (a base name, or the
+    version that played, which tells the seats of a self-play battle) in one round.
 
     ``yielded``: prompts that already produced a training example this iteration; a repeat
     yields nothing new (curation keeps one example per prompt), so it earns no yield reward.
     The set is updated in place."""
     yielded = set() if yielded is None else yielded
-    rows = [(jb.battle.arm, _opponent(jb.battle, target_base), jb.score_of(target_base), jb.battle.prompt)
+    rows = [(jb.battle.arm, _opponent(jb.battle, target_base), _score(jb, target_base), jb.battle.prompt)
             for jb in judged]  # failed battles and invalid verdicts are never joined: no signal
     if reward == "yield":
         out = []
@@ -170,7 +203,7 @@ def arm_scores(judged: Iterable[JudgedBattle], target_base: str) -> dict[str, fl
     acc: dict[str, list[float]] = {}
     for jb in judged:
         if _plays(jb.battle, target_base):
-            acc.setdefault(jb.battle.arm, []).append(jb.score_of(target_base))
+            acc.setdefault(jb.battle.arm, []).append(_score(jb, target_base))
     return {c: sum(v) / len(v) for c, v in acc.items()}
 
 
@@ -179,5 +212,5 @@ def opponent_win_rates(judged: Iterable[JudgedBattle], target_base: str,
     """The target's win rate per cell against each opponent (0.5 where they never met)."""
     tally: dict[tuple[str, str], list[float]] = {}
     for jb in judged:
-        tally.setdefault((jb.battle.arm, _opponent(jb.battle, target_base)), []).append(jb.score_of(target_base))
+        tally.setdefault((jb.battle.arm, _opponent(jb.battle, target_base)), []).append(_score(jb, target_base))
     return {c: np.array([np.mean(tally[(c, o)]) if (c, o) in tally else 0.5 for o in opponents]) for c in cells}

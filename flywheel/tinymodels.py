@@ -119,6 +119,9 @@ def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
     batch size and the seed. Stored with the model as ``flywheel-model.json``."""
     made = {"tasks": world.tasks.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
             "batch_size": world.batch_size, "seed": seed}
+    if world.kind == "games":  # (kept out otherwise: task models keep their fingerprints)
+        made = {"games": world.games.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
+                "batch_size": world.batch_size, "seed": seed}
     return {"kind": "tiny", "fingerprint": stable_id(json.dumps(made, sort_keys=True)), "made_with": made}
 
 
@@ -133,22 +136,31 @@ def _stale(out: Path, want: dict) -> str | None:
     return None
 
 
+def pretraining_pool(world: WorldConfig, spec: ModelSpec, seed: int) -> list[Prompt]:
+    """What a model pre-trains on: the task suite's train pool in its categories (never the
+    validation or eval split); in a games world, random legal moves in random play-outs of its
+    games (never in an eval or validation start position)."""
+    if world.kind == "games":
+        from flywheel.games.pools import game_splits, pretraining_pool as game_pool
+
+        _, evals, validation = game_splits(world.games)
+        return game_pool(world.games, spec.categories, world.games.pretrain_examples, seed,
+                         {p.text for p in evals + validation})
+    train, _ = build_suite(world.tasks.seed, world.tasks.train_per_cell, world.tasks.eval_per_cell,
+                           world.tasks.categories, world.tasks.levels)
+    return [p for p in take_validation(train, world.tasks.val_per_cell)[0] if p.category in spec.categories]
+
+
 def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = None) -> list[Path]:
     """Build and pre-train every model of ``world`` that is missing or stale; returns their directories.
 
-    Pre-training uses the train pool only (never the validation or eval split), is deterministic
+    A task model is pre-trained on the train pool only (never the validation or eval split); a
+    games model on random legal moves in random play-outs (never from an eval or validation
+    start position), so it knows the format and not the game. Pre-training is deterministic
     under ``world.seed``, and each model is written atomically (tmp dir, then rename) with its
     fingerprint (``flywheel-model.json``). A model whose fingerprint does not match the suite and
     settings it would be built with now is rebuilt, and the log says why.
     """
-    train, _ = build_suite(
-        world.tasks.seed,
-        world.tasks.train_per_cell,
-        world.tasks.eval_per_cell,
-        world.tasks.categories,
-        world.tasks.levels,
-    )
-    train, _ = take_validation(train, world.tasks.val_per_cell)
     world.models_dir.mkdir(parents=True, exist_ok=True)
     made = []
     for i, spec in enumerate(world.models):
@@ -161,7 +173,7 @@ def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = 
             if why is None:
                 continue
             log.info("rebuilding %s: %s", out, why)
-        pool = [p for p in train if p.category in spec.categories]
+        pool = pretraining_pool(world, spec, world.seed + i)
         if not pool:
             raise ValueError(f"model {spec.name}: no train prompts in categories {spec.categories}")
         t0 = time.perf_counter()

@@ -42,11 +42,16 @@ def prompt_pools(tasks: TaskSuiteConfig) -> Splits:
 
 
 def world_pools(world: WorldConfig) -> Splits:
-    """The task suite's splits, the user prompt pools added to train. A pool prompt that repeats
+    """The world's splits: a games world's start positions; else the task suite's splits, the
+    user prompt pools added to train. A pool prompt that repeats
     an eval, validation or earlier prompt is dropped; a bad row fails with its file and line
     unless the pool says ``skip_bad``."""
     from flywheel.prompts import bad_rows_message, ingest
 
+    if world.kind == "games":
+        from flywheel.games.pools import game_splits
+
+        return Splits(*game_splits(world.games))
     train, evals, validation = prompt_pools(world.tasks)
     if not world.prompt_pools:
         return Splits(train, evals, validation)

@@ -53,9 +53,15 @@ def _custom(jc, roster, cache) -> PairwiseJudge:
     return load_custom(jc.custom, options)
 
 
+def _game(jc, roster, cache) -> PairwiseJudge:
+    from judges.game import GameJudge
+
+    return GameJudge()
+
+
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)
 JUDGES: dict[str, Callable[..., PairwiseJudge]] = {
-    "verifier": _verifier, "llm": _llm_judge, "hybrid": _hybrid, "panel": _panel, "custom": _custom,
+    "verifier": _verifier, "llm": _llm_judge, "hybrid": _hybrid, "panel": _panel, "custom": _custom, "game": _game,
 }
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
+from flywheel.games.curation import RULES as GAME_RULES
+from flywheel.games.curation import curate_games
 from flywheel.records import PlayerVersion, stable_id
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
@@ -18,7 +20,11 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     held_out = eval_texts | {p.text for p in ctx.validation}  # neither split may reach training data
     battles = ctx.store.battles(k, "train")
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
-    cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
+    if ctx.cfg.world.kind == "games":
+        cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
+                           ctx.cfg.world.games.prompt)
+    else:
+        cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
     players = {"targets": [m for m in contestants if PlayerVersion.parse(m).k is not None],
                "opponents": [m for m in contestants if PlayerVersion.parse(m).k is None]}
@@ -34,6 +40,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     systems = {t: ctx.roster.config(t).system_prompt for t in ctx.roster.targets} if chat else None
     counts = {}
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
-        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat)
+        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat,
+                            GAME_RULES[kind] if ctx.cfg.world.kind == "games" else None)
         counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
     return CurateResult(counts["sft"], counts["dpo"], cur.dropped)

@@ -10,6 +10,7 @@ from typing import Any
 from flywheel import reports
 from flywheel.arena import generate_cached, judge_pending, play_battles
 from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
+from flywheel.games.scores import tally, win_or_draw
 from flywheel.players.base import ScoresReferences
 from flywheel.records import BattleSpec, stable_id, versioned
 from flywheel.selection import arm_of, seat
@@ -31,6 +32,8 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
                 specs.append(BattleSpec(key, k, "eval", p.id, a, b, arm_of(p)))
     play_battles(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
     judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
+    if ctx.cfg.world.kind == "games":
+        return _evaluate_games(ctx, k, versions)
     by_model = {r.model: r for r in board(ctx.cfg, ctx.store.judged(None, "eval"), ctx.cfg.evaluate.bootstrap_seed)}
     responses: dict[str, dict[str, str]] = {}
     for bt in ctx.store.battles(k, "eval"):
@@ -51,11 +54,54 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     return EvalResult(evals, rows)
 
 
+def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
+    """A games world's eval: each model's win-or-draw rate (overall, per game, per opponent) in
+    this iteration's eval games, Elo over all eval games so far (with each model's win-or-draw
+    rate against each reference player as ``wd_vs_<name>`` columns), and each target version's
+    win-or-draw rate on the validation positions."""
+    judged = ctx.store.judged(k, "eval")
+    every = ctx.store.judged(None, "eval")
+    evals: dict[str, VersionEval] = {}
+    by_model = {r.model: r for r in board(ctx.cfg, every, ctx.cfg.evaluate.bootstrap_seed)}
+    for m in versions + ctx.roster.opponents:
+        acc, by_cat = win_or_draw(judged, m)
+        r = by_model.get(m)
+        evals[m] = VersionEval(acc, by_cat, r.rating if r else None, [r.lower, r.upper] if r else None, {}, None,
+                               _validate_games(ctx, m, k) if m in versions else None, tally(judged, m))
+    rows = []
+    for r in by_model.values():
+        versus = tally(every, r.model)
+        rows.append({**r.to_dict(), **{f"wd_vs_{o}": versus[o]["win_or_draw"] for o in ctx.roster.opponents
+                                       if o in versus}})
+    _publish(ctx, k, rows)
+    return EvalResult(evals, rows)
+
+
+def _validate_games(ctx: Context, version: str, k: int) -> Validation:
+    """A target version's win-or-draw rate against every opponent from the validation positions
+    (played and judged here, not logged: what steers the run, never the eval split)."""
+    from flywheel.games.play import play_games
+    from flywheel.records import JudgedBattle
+
+    specs = []
+    for opp in ctx.roster.opponents:
+        for p in ctx.validation:
+            key = stable_id("validation", version, opp, p.id)
+            a, b = seat(key, version, opp)
+            specs.append(BattleSpec(key, k, "validation", p.id, a, b, arm_of(p)))
+    gc = ctx.cfg.world.games
+    battles, _ = play_games(ctx.roster, specs, ctx.prompts, gc.prompt, gc.max_illegal) if specs else ([], [])
+    verdicts = ctx.judge.judge([b for b in battles if b.ok])
+    judged = [JudgedBattle(b, j) for b, j in zip([b for b in battles if b.ok], verdicts) if j.valid]
+    acc, by_cat = win_or_draw(judged, version)
+    return Validation(len(ctx.validation), acc, by_cat)
+
+
 def _publish(ctx: Context, k: int, rows: list[dict[str, Any]]) -> None:
     """ratings/iter-000k.json and .md, and the Elo history."""
     atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}.json"), rows)
     atomic_write_text(ctx.store.ratings_path(f"{iter_name(k)}.md"),
-                      f"# Eval leaderboard after iteration {k}\n\n" + reports.markdown_table(rows) + "\n")
+                      f"# Eval leaderboard after iteration {k}\n\n" + reports.markdown_table(rows, reports.columns_for(rows)) + "\n")
     history = read_json(ctx.store.ratings_path("history.json"), {})
     history[str(k)] = rows
     atomic_write_json(ctx.store.ratings_path("history.json"), history)

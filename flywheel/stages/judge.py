@@ -54,7 +54,7 @@ def update_bandits(ctx: Context, k: int, rnd: int) -> None:
         mine = [jb for jb in judged if jb.battle.battle_id in round_ids and _plays(jb, t)]
         earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and _plays(jb, t)]
         yielded = {jb.battle.prompt for jb in earlier if jb.score_of(t) == 0.0}
-        sel.update(selection.feedback(ctx.cfg.select.reward, mine, t, previous, yielded))
+        sel.update(selection.feedback(ctx.cfg.select.reward, mine, ctx.current_version(t, k), previous, yielded))
         atomic_write_json(path, sel.state())
 
 

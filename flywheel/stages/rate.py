@@ -12,7 +12,9 @@ from flywheel.store import RunStore, atomic_write_json, iter_name
 
 
 def columns(rows: list[JudgedBattle]) -> tuple[list[str], list[str], list[str]]:
-    """The (model_a, model_b, winner) columns of judged battles."""
+    """The (model_a, model_b, winner) columns of judged battles; a battle of a version against
+    itself (self-play in the first iteration) says nothing about ratings and is left out."""
+    rows = [r for r in rows if r.battle.model_a != r.battle.model_b]
     return [r.battle.model_a for r in rows], [r.battle.model_b for r in rows], [r.winner for r in rows]
 
 

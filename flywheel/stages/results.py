@@ -139,7 +139,9 @@ class Validation(StageRecord):
 
 @dataclass(frozen=True)
 class VersionEval(StageRecord):
-    """A model on the eval split (reported only); a target version's validation figures too."""
+    """A model on the eval split (reported only); a target version's validation figures too.
+    In a games world ``accuracy`` is the win-or-draw rate over the eval games (by game in
+    ``accuracy_by_category``), and ``games`` has the tally against each opponent."""
 
     accuracy: float
     accuracy_by_category: dict[str, float]
@@ -148,13 +150,15 @@ class VersionEval(StageRecord):
     elo_by_subset: dict[str, float | None] = field(default_factory=dict)
     eval_loss: float | None = optional()
     validation: Validation | None = optional()
+    # games world: per opponent, the games, wins, draws, losses and win-or-draw rate
+    games: dict[str, dict[str, float]] | None = optional()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VersionEval:
         val = data.get("validation")
         return cls(data["accuracy"], data.get("accuracy_by_category", {}), data.get("elo"), data.get("elo_ci"),
                    data.get("elo_by_subset", {}), data.get("eval_loss"),
-                   Validation.from_json(val) if val is not None else None)
+                   Validation.from_json(val) if val is not None else None, data.get("games"))
 
     def standing(self, measure: str) -> float | None:
         """The version's standing for steering: its validation ``accuracy``, or minus its

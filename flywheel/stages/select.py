@@ -19,7 +19,7 @@ def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
     state = ctx.store.latest_bandit_state(target, (k, rnd))
     if state is not None:
         return Selector.from_state(state)
-    return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell), ctx.roster.opponents)
+    return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell), selection.opponent_arms(ctx.cfg.select, ctx.roster.opponents))
 
 
 def count_arms(specs: list[BattleSpec]) -> dict[str, int]:
@@ -45,7 +45,7 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             rates = {}
             if cfg.opponents == "pfsp":
                 rates = selection.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
-                                                     ctx.roster.opponents)
+                                                     selection.opponent_arms(cfg, ctx.roster.opponents))
             specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, version, n, k, rnd,
                                           ctx.cfg.run.seed, used, rates)
         ctx.store.write_plan(k, rnd, specs)

@@ -1,0 +1,84 @@
+"""The games world's datasets: the winner's moves (SFT) and, in positions where a winner and a
+loser moved differently, (winning move, losing move) pairs (DPO).
+
+Every decisive game of the iteration with a target in it is replayed by the referee. Where a
+target (any version of it, in self-play) lost, each move of the winner becomes an SFT example
+for it (the position as the player read it, the move): Arena Learning's rule, what beat the
+target is learnt; with ``curate.include_target_wins`` the target's own winning moves too.
+With ``dedup`` a position is kept once per target, with the move the winners played there most
+often over the iteration's games (a move a lucky winner made once is outvoted). For DPO, the moves played in a position
+by eventual winners and by eventual losers are counted over all the iteration's games; where
+the target lost after a move that a winner did not play there, the pair is (the winners' most
+frequent move, the target's move), one per (target, position). Draws teach nothing here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from flywheel.curation import Curated, decisive
+from flywheel.games.referee import replay
+from flywheel.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
+
+SEAT = {"model_a": "a", "model_b": "b"}
+RULES = {"sft": "every move of the winner of a decisive game a target lost (the position, the move); the "
+                "winners' most frequent move per position with dedup",
+         "dpo": "(the winners' most frequent move, the target's move) in positions where the target moved and lost"}
+
+
+def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
+                 cfg, style: str) -> Curated:
+    dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
+    winning: dict[str, Counter] = {}  # position text -> winners' moves there
+    won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
+    losing: dict[tuple[str, str], list[tuple[int, Battle, str]]] = {}  # (target, position) -> its losing moves
+    target_set = set(targets)
+    for b in battles:
+        j = decisive(b, judgments.get(b.battle_id), dropped)
+        if j is None:
+            continue
+        win_seat = SEAT[j.winner]
+        players = {"a": b.model_a, "b": b.model_b}
+        lose_seat = "b" if win_seat == "a" else "a"
+        if base_name(players[lose_seat]) in target_set:  # Arena Learning: what beat a target is learnt
+            learners = [base_name(players[lose_seat])]
+        else:
+            learners = [base_name(players[win_seat])] if cfg.include_target_wins else []
+        for ply in replay(b.prompt, b.response_a, b.response_b).plies:
+            text = ply.position.text(style)
+            if text in held_out:
+                dropped["contaminated"] += 1
+                continue
+            if ply.seat == win_seat:
+                winning.setdefault(text, Counter())[ply.move] += 1
+                won += [(t, text, ply.move, b, players[win_seat]) for t in learners]
+            elif base_name(players[ply.seat]) in target_set:
+                losing.setdefault((base_name(players[ply.seat]), text), []).append((ply.move, b, players[ply.seat]))
+    sft: list[SFTExample] = []
+    kept: set[tuple[str, str]] = set()
+    for t, text, move, b, winner in won:
+        if cfg.dedup and ((t, text) in kept or move != _best(winning[text])):
+            dropped["duplicate"] += 1
+            continue
+        kept.add((t, text))
+        sft.append(SFTExample(text, str(move), _pid(text), b.category, winner, b.battle_id, b.iteration, t))
+    dpo = []
+    for (t, text), moves in losing.items():
+        if text not in winning:
+            continue
+        chosen = _best(winning[text])
+        for move, b, player in moves:
+            if move != chosen:
+                dpo.append(DPOPair(text, str(chosen), str(move), _pid(text), b.category, "winners", player,
+                                   b.battle_id, b.iteration, t))
+                break
+    return Curated(sft, dpo, dropped)
+
+
+def _best(moves: Counter) -> int:
+    """The winners' most frequent move in a position (the first played, among equals)."""
+    return moves.most_common(1)[0][0]
+
+
+def _pid(text: str) -> str:
+    return stable_id("position", text)

@@ -1,0 +1,265 @@
+"""The games world: the referee (rules, illegal moves, draws), the reference players, playing
+games through a roster (re-asks and forfeits recorded), curation of winners' moves, and
+self-play opponents."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from flywheel.config import FlywheelConfig
+from flywheel.games.curation import curate_games
+from flywheel.games.play import play_games
+from flywheel.games.referee import move_token, replay
+from flywheel.games.reference import MinimaxPlayer, RandomMover
+from flywheel.games.rules import CONNECT4, TICTACTOE, Position, parse_move, parse_position
+from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.records import Battle, BattleSpec, Generation, JudgedBattle, Prompt
+from judges.game import GameJudge
+
+EMPTY_TTT = "ttt 123456789 x="
+
+
+def ttt(board: str, to_move: str = "x") -> Position:
+    return Position(TICTACTOE, board, to_move)
+
+
+def battle(start: str, a: str, b: str, model_a: str = "student@0", model_b: str = "random", bid: str = "b1") -> Battle:
+    return Battle(bid, 1, "train", "p1", start, "tictactoe", 1, None, model_a, model_b, a, b)
+
+
+# -- rules and referee ---------------------------------------------------------------------
+@pytest.mark.parametrize("board,winner", [
+    ("xxx-oo---", "x"), ("o--o--o--", "o"), ("x---x---x", "x"), ("--o-o-o--", "o"), ("xo-xo-x--", "x"),
+    ("xoxxoooxx", None), ("---------", None),
+])
+def test_tic_tac_toe_lines(board, winner):
+    assert ttt(board).winner() == winner
+
+
+def test_connect_four_pieces_fall_and_four_in_a_diagonal_wins():
+    pos = CONNECT4.initial()
+    for col in (1, 2, 2, 3, 4, 3, 3, 4, 5, 4):  # x builds the rising diagonal 1-2-3-4 from the bottom left
+        pos = pos.play(col)
+    assert pos.winner() is None and pos.to_move == "x"
+    assert pos.board[5 * 7] == "x" and pos.board[4 * 7] == "-"  # pieces at the bottom, not the top
+    assert pos.play(4).winner() == "x"
+    full = pos
+    for _ in range(6):
+        full = Position(CONNECT4, "x" + full.board[1:], "x")
+    assert 1 not in Position(CONNECT4, "x" + "-" * 41, "o").legal_moves()  # a full column is not a move
+
+
+def test_referee_decides_wins_losses_and_draws():
+    # x (seat A) takes the top row
+    assert replay(EMPTY_TTT, "1 2 3", "4 5").winner == "a"
+    # o (seat B) wins down the middle column
+    assert replay(EMPTY_TTT, "1 3 7", "2 5 8").winner == "b"
+    draw = replay(EMPTY_TTT, "1 2 6 7 9", "5 3 4 8")
+    assert draw.winner == "draw" and len(draw.plies) == 9
+    # from a start position where o is to move, seat A plays o
+    got = replay("ttt xx-oo-x-- o=", "6", "")
+    assert got.winner == "a" and "o wins" in got.reason
+    assert GameJudge().judge([battle(EMPTY_TTT, "1 2 6 7 9", "5 3 4 8")])[0].winner == "tie"
+
+
+def test_illegal_moves_lose_and_forfeits_are_recorded():
+    taken = replay(EMPTY_TTT, "1 1", "5")  # A plays an occupied cell
+    assert taken.winner == "b" and "illegal move" in taken.reason
+    forfeit = replay(EMPTY_TTT, "5 " + move_token(["1", "banana"], None), "1")
+    assert forfeit.winner == "b" and "forfeits after 2 illegal answers" in forfeit.reason
+    assert forfeit.illegal == {"a": 2, "b": 0}
+    reasked = replay(EMPTY_TTT, move_token(["0"], 1) + " 2 3", "4 5")
+    assert reasked.winner == "a" and reasked.illegal["a"] == 1
+    j = GameJudge().judge([battle(EMPTY_TTT, "1 1", "5")])[0]
+    assert j.winner == "model_b" and j.margin == 1.0 and json.loads(j.raw)["illegal"] == {"a": 0, "b": 0}
+
+
+def test_a_record_that_is_not_a_game_is_an_invalid_judgment():
+    cut = GameJudge().judge([battle(EMPTY_TTT, "1 2", "4")])[0]  # stops before the game is over
+    assert cut.winner is None and "ends before" in cut.error
+    extra = GameJudge().judge([battle(EMPTY_TTT, "1 2 3 9", "4 5")])[0]  # goes on after x won
+    assert extra.winner is None and "goes on" in extra.error
+    garbage = GameJudge().judge([battle("what is 2+2=", "1", "2")])[0]
+    assert garbage.winner is None and "no game position" in garbage.error
+
+
+def test_positions_parse_from_both_text_styles():
+    pos = ttt("x-o------", "x")
+    assert parse_position(pos.text("verbose")) == pos == parse_position(pos.text())
+    assert "Empty cells: 2 4 5 6 7 8 9" in pos.text("verbose")
+    assert parse_move("I take cell 7.") == 7 and parse_move("none") is None
+
+
+# -- reference players ---------------------------------------------------------------------
+def ask(player: Player, pos: Position, pid: str = "q") -> int:
+    return int(player.generate([Prompt(pid, pos.text(), "tictactoe", 1)], SamplingParams())[0].text)
+
+
+def test_minimax_takes_a_win_and_blocks_a_loss():
+    mm = MinimaxPlayer("minimax", depth=2)
+    assert ask(mm, ttt("xx-oo----", "x")) == 3  # wins at once
+    assert ask(mm, ttt("xx--o----", "o")) == 3  # blocks x's row
+    c4 = Position(CONNECT4, "-" * 35 + "ooo-xx-", "x")
+    assert int(mm.generate([Prompt("q", c4.text(), "connect4", 1)], SamplingParams())[0].text) == 4
+
+
+def test_random_mover_plays_legal_moves_reproducibly():
+    rm = RandomMover("random", seed=3)
+    pos = ttt("xo-xo-o-x", "x")
+    moves = [ask(rm, pos, f"game{i}") for i in range(30)]
+    assert set(moves) <= {3, 6, 8} and len(set(moves)) > 1
+    assert moves == [ask(rm, pos, f"game{i}") for i in range(30)]
+
+
+def test_minimax_beats_random_and_never_loses_at_tic_tac_toe():
+    mm, rm = MinimaxPlayer("minimax", depth=4), RandomMover("random")
+    lost = 0
+    for g in range(40):
+        pos, players = TICTACTOE.initial(), (mm, rm) if g % 2 else (rm, mm)
+        turn = 0
+        while not pos.over():
+            pos = pos.play(players[turn % 2].move(pos, random.Random(g * 10 + turn)))
+            turn += 1
+        lost += pos.winner() is not None and pos.winner() != ("x" if g % 2 else "o")
+    assert lost == 0
+
+
+# -- playing through a roster --------------------------------------------------------------
+class Stubborn(Player):
+    """Answers cell 1 until it is taken, then keeps answering it (an illegal move)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.asked: list[SamplingParams] = []
+
+    @classmethod
+    def from_config(cls, pc, name: str, setup: PlayerSetup) -> Player:
+        return cls(name)
+
+    def generate(self, prompts, params):
+        self.asked.append(params)
+        return [Generation(self.name, p.id, "1") for p in prompts]
+
+
+class Broken(Stubborn):
+    def generate(self, prompts, params):
+        return [Generation(self.name, p.id, "", "HTTP 500 after 4 retries") for p in prompts]
+
+
+def games_roster(tmp_path, target_kind: str):
+    from flywheel.store import RunStore
+    from flywheel.world import Roster
+
+    cfg = FlywheelConfig.model_validate({
+        "world": {"kind": "games", "models": [{"name": "x", "categories": ["tictactoe"]}],
+                  "games": {"max_illegal": 2}},
+        "judge": {"kind": "game"},
+        "targets": [{"name": "stubborn", "kind": target_kind}],
+        "opponents": [{"name": "minimax", "kind": "minimax", "depth": 2}]})
+    return Roster(cfg, RunStore(tmp_path / "run"))
+
+
+def test_an_illegal_move_is_reasked_then_forfeited_and_recorded(tmp_path):
+    roster = games_roster(tmp_path, "tests.test_games:Stubborn")
+    start = Prompt("s", EMPTY_TTT, "tictactoe", 0)
+    specs = [BattleSpec("g1", 1, "train", "s", "stubborn", "minimax")]
+    battles, usage = play_games(roster, specs, {"s": start}, "terse", 2)
+    b = battles[0]
+    assert b.ok and b.response_a.split() == ["1", "1|1|1|!"]  # second move: asked, re-asked twice, forfeit
+    j = GameJudge().judge(battles)[0]
+    assert j.winner == "model_b" and "forfeits" in json.loads(j.raw)["result"]
+    mine = next(u for u in usage if u["player"] == "stubborn")
+    assert (mine["moves"], mine["reasks"], mine["forfeits"]) == (2, 2, 1)
+    re_asks = roster.player("stubborn").asked[-2:]
+    assert all(p.temperature == 1.0 for p in re_asks) and re_asks[0].seed != re_asks[1].seed
+
+
+def test_a_failed_call_makes_the_battle_failed_never_a_loss(tmp_path):
+    roster = games_roster(tmp_path, "tests.test_games:Broken")
+    start = Prompt("s", EMPTY_TTT, "tictactoe", 0)
+    battles, usage = play_games(roster, [BattleSpec("g1", 1, "train", "s", "stubborn", "minimax")], {"s": start},
+                                "terse", 2)
+    assert not battles[0].ok and "HTTP 500" in battles[0].error
+    assert next(u for u in usage if u["player"] == "stubborn")["failed"] == 1
+
+
+# -- curation ------------------------------------------------------------------------------
+def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
+    from flywheel.config import CurateConfig
+
+    won = battle(EMPTY_TTT, "1 2 3", "4 5", "student@0", "random", "w")  # the target (A) wins
+    lost = battle(EMPTY_TTT, "4 7 9", "1 2 3", "random", "student@0", "l")  # the target (B, o) wins
+    lost2 = battle(EMPTY_TTT, "1 3 2", "5 9", "minimax", "student@0", "m")  # minimax wins; the target lost
+    draw = battle(EMPTY_TTT, "1 2 6 7 9", "5 3 4 8", "student@0", "random", "d")
+    js = {j.battle_id: j for j in GameJudge().judge([won, lost, lost2, draw])}
+    cur = curate_games([won, lost, lost2, draw], js, ["student"], set(), CurateConfig(), "terse")
+    assert cur.dropped["undecided"] == 1
+    # Arena Learning's rule: the winner's moves where the target lost (minimax's, here)
+    assert [(r.completion, r.source_model, r.target) for r in cur.sft] == [("1", "minimax", "student"),
+                                                                           ("3", "minimax", "student"),
+                                                                           ("2", "minimax", "student")]
+    assert cur.dpo == []  # no position saw both a winner's move and a different losing move of the target
+    every = curate_games([won, lost, lost2, draw], js, ["student"], set(), CurateConfig(include_target_wins=True),
+                         "terse")
+    by_battle: dict[str, list[str]] = {}
+    for r in every.sft:
+        by_battle.setdefault(r.battle_id, []).append(r.completion)
+    # the target's own wins too; the empty board is kept once (both winners played 1 there)
+    assert by_battle == {"w": ["1", "2", "3"], "l": ["1", "2", "3"], "m": ["3", "2"]}
+    assert every.dropped["duplicate"] == 1
+    pair_battle = battle("ttt ----x---- o=", "5", "", "student@0", "random", "x")  # not a game: invalid
+    assert curate_games([pair_battle], {}, ["student"], set(), CurateConfig(), "terse").dropped["invalid"] == 1
+
+
+def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_position():
+    from flywheel.config import CurateConfig
+
+    start = "ttt x23456789 o="  # o to move
+    good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")  # o (A) takes 5 and wins 3-5-7
+    bad = battle(start, "9 2 4", "5 3 7", "student@0", "minimax", "b")  # the target (o, A) took 9 and lost
+    js = {j.battle_id: j for j in GameJudge().judge([good, bad])}
+    assert js["g"].winner == "model_a" and js["b"].winner == "model_b"
+    cur = curate_games([good, bad], js, ["student"], set(), CurateConfig(), "terse")
+    assert [(p.prompt, p.chosen, p.rejected, p.target) for p in cur.dpo] == [(start, "5", "9", "student")]
+    held = curate_games([good, bad], js, ["student"], {start}, CurateConfig(), "terse")
+    assert held.dpo == [] and held.dropped["contaminated"] >= 2  # a held-out position never reaches training
+
+
+# -- self-play -----------------------------------------------------------------------------
+def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
+    from flywheel.config import SelectConfig
+    from flywheel.selection import SELF, Selector, feedback, opponent_arms, plan_round
+
+    cfg = SelectConfig(self_play=True, opponents="uniform", prompt_floor=1.0)
+    pool = {"tictactoe/L1": [Prompt(f"p{i}", EMPTY_TTT, "tictactoe", 1) for i in range(5)]}
+    sel = Selector.new(cfg, list(pool), opponent_arms(cfg, ["random"]))
+    assert sel.opponents == ["random", SELF]
+    first = plan_round(sel, cfg, pool, "student@0", 40, 1, 1, 0, set(), {})
+    assert {s.model_a for s in first} | {s.model_b for s in first} == {"student@0", "random"}
+    later = plan_round(sel, cfg, pool, "student@3", 200, 4, 1, 0, set(), {})
+    players = {m for s in later for m in (s.model_a, s.model_b)}
+    assert players == {"student@3", "random", "student@0", "student@1", "student@2"}
+    self_game = next(s for s in later if "random" not in (s.model_a, s.model_b))
+    b = Battle(self_game.battle_id, 4, "train", "p0", EMPTY_TTT, "tictactoe", 1, None, self_game.model_a,
+               self_game.model_b, "", "", None, self_game.arm)
+    current_wins = "model_a" if self_game.model_a == "student@3" else "model_b"
+    fb = feedback("uncertainty", [JudgedBattle(b, GameJudge().judge([b])[0].__class__(b.battle_id, "game", current_wins))],
+                  "student@3", {})
+    assert fb[0][1] == SELF
+    loss = feedback("yield", [JudgedBattle(b, GameJudge().judge([b])[0].__class__(b.battle_id, "game", current_wins))],
+                    "student@3", {})
+    assert loss[0][2] == 0.0  # the current version won: no yield
+
+
+def test_games_config_is_checked_together():
+    from flywheel.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="world.kind games and judge.kind game"):
+        load_config(None, ["world.kind=games"])
+    with pytest.raises(ConfigError, match="not games"):
+        load_config(None, ["world.kind=games", "judge.kind=game"])
+    with pytest.raises(ConfigError, match="depth"):
+        load_config(None, ["opponents.0.depth=0"])
+    np.testing.assert_equal(True, True)
