@@ -5,7 +5,6 @@ self-play opponents."""
 import json
 import random
 
-import numpy as np
 import pytest
 
 from flywheel.config import FlywheelConfig
@@ -15,7 +14,7 @@ from flywheel.games.referee import move_token, replay
 from flywheel.games.reference import MinimaxPlayer, RandomMover
 from flywheel.games.rules import CONNECT4, TICTACTOE, Position, parse_move, parse_position
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
-from flywheel.records import Battle, BattleSpec, Generation, JudgedBattle, Prompt
+from flywheel.records import Battle, BattleSpec, Generation, JudgedBattle, Judgment, Prompt
 from judges.game import GameJudge
 
 EMPTY_TTT = "ttt 123456789 x="
@@ -45,9 +44,6 @@ def test_connect_four_pieces_fall_and_four_in_a_diagonal_wins():
     assert pos.winner() is None and pos.to_move == "x"
     assert pos.board[5 * 7] == "x" and pos.board[4 * 7] == "-"  # pieces at the bottom, not the top
     assert pos.play(4).winner() == "x"
-    full = pos
-    for _ in range(6):
-        full = Position(CONNECT4, "x" + full.board[1:], "x")
     assert 1 not in Position(CONNECT4, "x" + "-" * 41, "o").legal_moves()  # a full column is not a move
 
 
@@ -245,12 +241,9 @@ def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
     b = Battle(self_game.battle_id, 4, "train", "p0", EMPTY_TTT, "tictactoe", 1, None, self_game.model_a,
                self_game.model_b, "", "", None, self_game.arm)
     current_wins = "model_a" if self_game.model_a == "student@3" else "model_b"
-    fb = feedback("uncertainty", [JudgedBattle(b, GameJudge().judge([b])[0].__class__(b.battle_id, "game", current_wins))],
-                  "student@3", {})
-    assert fb[0][1] == SELF
-    loss = feedback("yield", [JudgedBattle(b, GameJudge().judge([b])[0].__class__(b.battle_id, "game", current_wins))],
-                    "student@3", {})
-    assert loss[0][2] == 0.0  # the current version won: no yield
+    won = [JudgedBattle(b, Judgment(b.battle_id, "game", current_wins))]
+    assert feedback("uncertainty", won, "student@3", {})[0][1] == SELF
+    assert feedback("yield", won, "student@3", {})[0][2] == 0.0  # the current version won: no yield
 
 
 def test_games_config_is_checked_together():
@@ -262,4 +255,3 @@ def test_games_config_is_checked_together():
         load_config(None, ["world.kind=games", "judge.kind=game"])
     with pytest.raises(ConfigError, match="depth"):
         load_config(None, ["opponents.0.depth=0"])
-    np.testing.assert_equal(True, True)

@@ -90,9 +90,8 @@ def _validate_games(ctx: Context, version: str, k: int) -> Validation:
             a, b = seat(key, version, opp)
             specs.append(BattleSpec(key, k, "validation", p.id, a, b, arm_of(p)))
     gc = ctx.cfg.world.games
-    battles, _ = play_games(ctx.roster, specs, ctx.prompts, gc.prompt, gc.max_illegal) if specs else ([], [])
-    verdicts = ctx.judge.judge([b for b in battles if b.ok])
-    judged = [JudgedBattle(b, j) for b, j in zip([b for b in battles if b.ok], verdicts) if j.valid]
+    played = [b for b in play_games(ctx.roster, specs, ctx.prompts, gc.prompt, gc.max_illegal)[0] if b.ok]
+    judged = [JudgedBattle(b, j) for b, j in zip(played, ctx.judge.judge(played)) if j.valid]
     acc, by_cat = win_or_draw(judged, version)
     return Validation(len(ctx.validation), acc, by_cat)
 
