@@ -17,6 +17,13 @@ into shares of the total training steps and battles:
 
 For the first ``warmup`` training iterations every policy gives equal shares (no rates yet).
 With ``gpu_memory`` set, in-process vLLM targets also get that GPU-memory fraction x their share.
+
+``sharing: mixed`` decides here, with the shares, whether the next iteration's targets pool their
+winning traces (as ``cooperative``) or learn from their own (as ``competitive``): pooled from the
+start; separate from the first allocation where the spread of the targets' learning rates,
+fastest minus slowest and expressed per ``train.steps`` of compute (validation gain per
+iteration's worth of training), exceeds ``mixed_spread``; once separate, separate for good
+(rates measured on pooled data only drift further apart once the data differ).
 """
 
 from __future__ import annotations
@@ -38,16 +45,19 @@ class Allocation:
     policy: str = "uniform"
     acting: bool = False  # False during warm-up (equal shares whatever the policy)
     gpu_memory: dict[str, float] | None = None  # in-process vLLM engines' fraction, with allocate.gpu_memory
+    pooled: bool | None = None  # sharing: mixed: whether the next iteration pools the targets' traces
+    spread: float | None = None  # sharing: mixed: the rate spread that decided it (None before any rates)
 
     def to_json(self) -> dict:
         return {"policy": self.policy, "acting": self.acting, "shares": self.shares,
                 "train_steps": self.train_steps, "battles": self.battles, "learning_rates": self.learning_rates,
-                "gpu_memory": self.gpu_memory}
+                "gpu_memory": self.gpu_memory, "pooled": self.pooled, "spread": self.spread}
 
     @classmethod
     def from_json(cls, data: dict) -> Allocation:
         return cls(data["shares"], data["train_steps"], data["battles"], data.get("learning_rates", {}),
-                   data.get("policy", "uniform"), data.get("acting", False), data.get("gpu_memory"))
+                   data.get("policy", "uniform"), data.get("acting", False), data.get("gpu_memory"),
+                   data.get("pooled"), data.get("spread"))
 
 
 def learning_rates(accuracy: dict[str, list[float]], compute: dict[str, list[float]], window: int) -> dict[str, float]:
@@ -98,10 +108,21 @@ def selective(rates: dict[str, float], top_k: int) -> dict[str, float]:
     return equal(targets, ranked[:top_k])
 
 
+def mixed_sharing(rates: dict[str, float], trained: int, steps_per_target: int, spread_limit: float,
+                  was_pooled: bool) -> tuple[bool, float | None]:
+    """``sharing: mixed``: (pool the next iteration's traces?, the rate spread behind it) - see
+    the module docstring."""
+    if trained < 1 or len(rates) < 2:
+        return was_pooled, None
+    spread = (max(rates.values()) - min(rates.values())) * steps_per_target
+    return was_pooled and spread <= spread_limit, round(spread, 6)
+
+
 def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, battles_per_target: int,
              accuracy: dict[str, list[float]] | None = None, compute: dict[str, list[float]] | None = None,
-             previous: dict[str, float] | None = None) -> Allocation:
-    """The next iteration's allocation after ``len(accuracy[t]) - 1`` training iterations."""
+             previous: dict[str, float] | None = None, was_pooled: bool = True) -> Allocation:
+    """The next iteration's allocation after ``len(accuracy[t]) - 1`` training iterations
+    (``was_pooled``: whether the iteration just trained pooled its traces, with ``sharing: mixed``)."""
     accuracy = accuracy or {t: [] for t in targets}
     compute = compute or {}
     rates = learning_rates({t: accuracy.get(t, []) for t in targets}, compute, cfg.window)
@@ -118,6 +139,8 @@ def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, bat
     else:
         shares = selective(rates, cfg.top_k)
     n = len(targets)
+    pooled, spread = (mixed_sharing(rates, trained, steps_per_target, cfg.mixed_spread, was_pooled)
+                      if cfg.sharing == "mixed" else (None, None))
     return Allocation(
         shares={t: round(shares[t], 6) for t in targets},
         train_steps={t: round(steps_per_target * n * shares[t]) for t in targets},
@@ -126,6 +149,8 @@ def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, bat
         policy=cfg.policy,
         acting=acting,
         gpu_memory=gpu_memory_shares(cfg, shares),
+        pooled=pooled,
+        spread=spread,
     )
 
 

@@ -245,10 +245,14 @@ class AllocateConfig(Strict):
     halving_fraction: float = Field(0.5, gt=0, lt=1, description="successive-halving: share of the remaining "
                                     "targets dropped each time (at least one stays).")
     top_k: int = Field(1, ge=1, description="selective: targets that train each iteration.")
-    sharing: Literal["competitive", "cooperative", "federated"] = Field(
+    sharing: Literal["competitive", "cooperative", "federated", "mixed"] = Field(
         "competitive", description="competitive: a target learns from its own battles; cooperative: "
         "the targets pool their winning traces; federated: each learns from its own battles, then "
-        "same-architecture targets are merged, weighted by eval accuracy.")
+        "same-architecture targets are merged, weighted by validation accuracy; mixed: pooled while the "
+        "targets learn at similar rates, separate (for good) once their rates diverge (mixed_spread).")
+    mixed_spread: float = Field(0.05, ge=0, description="mixed: the targets separate once the spread of their "
+                                "learning rates (fastest minus slowest validation gain, per train.steps of "
+                                "compute) exceeds this.")
     gpu_memory: float | None = Field(None, gt=0, le=1, description="In-process vllm targets: the GPU-memory "
                                      "fraction they share; each engine gets this x its compute share (unset: each "
                                      "target's own gpu_memory_utilization).")

@@ -199,6 +199,9 @@ def allocation_lines(summary: dict[str, Any]) -> str:
             rows.append({"iteration": e["iteration"], "target": t, "policy": a.get("policy", "uniform"),
                          "acting": a.get("acting", False), "share": share, "train_steps": a["train_steps"][t],
                          "battles": a["battles"][t], "learning_rate": a.get("learning_rates", {}).get(t, 0.0),
-                         "merge_weight": weights.get(t, "-")})
+                         "merge_weight": weights.get(t, "-"),
+                         "next_traces": {True: "pooled", False: "own"}.get(a.get("pooled"), "-")})
     cols = ("iteration", "target", "policy", "acting", "share", "train_steps", "battles", "learning_rate", "merge_weight")
+    if any(r["next_traces"] != "-" for r in rows):  # sharing: mixed
+        cols += ("next_traces",)
     return text_table(rows, cols) if rows else "(no allocation)"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flywheel.allocation import allocate, learning_rates, proportional
+from flywheel.allocation import Allocation, allocate, learning_rates, proportional
 from flywheel.config import AllocateConfig, ConfigError, CurateConfig, load_config
 from flywheel.curation import curate
 from flywheel.records import Battle, Judgment
@@ -198,3 +198,22 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     roster.pool.release()
     other.pool.release()
     assert seen == [("a", 0.3), ("a@1", 0.45), ("a@2", 0.45), ("a@3", 0.7)]
+
+
+def test_mixed_sharing_pools_while_rates_agree_then_separates_for_good():
+    from flywheel.allocation import mixed_sharing
+
+    cfg = AllocateConfig(sharing="mixed", mixed_spread=0.05)
+    assert allocate(cfg, T, 100, 300).pooled is True  # before any training: pooled
+    close = {"a": [0.1, 0.2], "b": [0.1, 0.22], "c": [0.1, 0.19]}
+    steps = {t: [0, 100] for t in T}
+    alloc = allocate(cfg, T, 100, 300, close, steps)
+    assert alloc.pooled is True and alloc.spread == pytest.approx(0.03)
+    apart = {"a": [0.1, 0.3], "b": [0.1, 0.12], "c": [0.1, 0.2]}
+    alloc = allocate(cfg, T, 100, 300, apart, steps)
+    assert alloc.pooled is False and alloc.spread == pytest.approx(0.18)
+    assert Allocation.from_json(alloc.to_json()) == alloc
+    # once separate, separate: the rates agreeing again does not pool them back
+    assert allocate(cfg, T, 100, 300, close, steps, was_pooled=False).pooled is False
+    assert mixed_sharing({"a": 0.1}, 1, 100, 0.05, True) == (True, None)  # a lone target: nothing to compare
+    assert allocate(AllocateConfig(), T, 100, 300, apart, steps).pooled is None  # other modes record nothing

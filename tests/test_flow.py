@@ -370,3 +370,31 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
 
     table = allocation_lines(summary)
     assert "merge_weight" in table and f'{summary["iterations"][2]["merge"]["groups"][0]["weights"]["fast"]:.3f}' in table
+
+
+def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_models_dir, tmp_path):
+    """Two targets from one checkpoint, one learning and one (almost) not: iteration 1 trains
+    both on the pooled traces; their validation-loss rates then diverge, the allocation records
+    the switch, and iteration 2 trains each on its own traces only."""
+    from flywheel.config import FlywheelConfig
+
+    from tests.conftest import tiny_tree
+
+    student = str(tiny_models_dir / "student")
+    tree = tiny_tree(tiny_models_dir, tmp_path, run__name="mixed", train__steps=8,
+                     targets=[{"name": "fast", "path": student, "learning_rate": 0.02},
+                              {"name": "still", "path": student, "learning_rate": 1e-9}],
+                     allocate={"sharing": "mixed", "signal": "loss", "mixed_spread": 0.01})
+    flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json"))
+    store = RunStore(tmp_path / "mixed")
+    its = json.loads(store.summary_path.read_text())["iterations"]
+    assert its[0]["allocation"]["pooled"] is True and its[0]["allocation"]["spread"] is None
+    after_1 = its[1]["allocation"]
+    assert after_1["pooled"] is False and after_1["spread"] > 0.01, after_1
+    sft = {k: load_from_disk(str(store.dataset_dir(k, "sft")))["target"] for k in (1, 2)}
+    trained = {k: store.stage_json(k, "train") for k in (1, 2)}
+    examples = {k: {t: r["examples"] for t, r in trained[k].items()} for k in (1, 2)}
+    assert set(sft[1]) == {"fast", "still"}  # both targets lost battles: pooling has something to pool
+    assert examples[1] == {"fast": len(sft[1]), "still": len(sft[1])}  # pooled
+    own = {t: sum(x == t for k in (1, 2) for x in sft[k]) for t in ("fast", "still")}  # own, with replay
+    assert examples[2] == own and own["fast"] != len(sft[1]) + len(sft[2])

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import logging
 
+from flywheel.allocation import Allocation
 from flywheel.players.base import ServesAdapters
 from flywheel.records import versioned
-from flywheel.stages.context import Context, stage
+from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TargetTraining, TrainResult
 from flywheel.training import is_main_process, train_version
 
@@ -53,16 +54,27 @@ def serve_adapter(ctx: Context, t: str, k: int) -> None:
 
 def training_data(ctx: Context, k: int, kind: str, target: str):
     """The ``sft`` or ``dpo`` rows target ``target`` trains on in iteration ``k`` (with
-    ``train.replay``, earlier iterations' SFT rows too; ``cooperative``: every target's)."""
+    ``train.replay``, earlier iterations' SFT rows too; ``cooperative``, and ``mixed`` while the
+    last allocation pools: every target's)."""
     from datasets import concatenate_datasets, load_from_disk
 
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
     # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
     parts = [load_from_disk(str(ctx.store.dataset_dir(i, kind)), keep_in_memory=True) for i in iters]
-    if ctx.cfg.allocate.sharing != "cooperative":  # cooperative: every target's winning traces
+    if not pools_traces(ctx, k):
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
     parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
     return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+
+
+def pools_traces(ctx: Context, k: int) -> bool:
+    """Whether iteration ``k``'s targets train on every target's winning traces: always with
+    ``cooperative``; with ``mixed``, as the allocation made after iteration ``k - 1`` decided."""
+    sharing = ctx.cfg.allocate.sharing
+    if sharing != "mixed":
+        return sharing == "cooperative"
+    plan = read_stage(ctx.store, k - 1, "allocate", Allocation)
+    return plan is None or plan.pooled is not False
 
 
 def shape_for(data, chat: bool, system: str | None):
