@@ -1,14 +1,28 @@
 """Bandits vs uniform choice, in one run.
 
-1. Simulated problems (stationary and drifting Bernoulli arms, several seeds): cumulative
-   regret of each policy against the oracle, and as a ratio to uniform's regret.
-2. The flywheel itself on the embedded default, same seeds and iterations: uniform selection
-   at the default battle budget sets the goal (its final eval accuracy); the bandit runs at
-   1, 2/3 and 1/2 of that budget. Battles needed = the budget at which the bandit's final
-   accuracy reaches the goal (linear interpolation). The last line is ``ratio: X`` =
-   uniform's battles / the bandit's, median over the seeds (at most 2: no extrapolation).
+1. Simulated problems (stationary and drifting Bernoulli arms, per seed): cumulative regret of
+   each policy against the oracle, and as a ratio to uniform's regret.
+2. The flywheel itself, same seeds and iterations for both arms: ``select.policy: uniform`` and
+   the bandit (``--policy``, default thompson) each run at 1/3, 2/3 and 1 of the battle budget.
+   Per budget: the final eval accuracy of the target, mean and 95% CI over the seeds. The ratio
+   of a seed: the isotonic (monotone) fit of each arm's accuracy against budget, then uniform's
+   budget / the bandit's budget for the same accuracy (benchmarks/stats.py). The last line is
+   ``ratio: X``, the median over the seeds.
 
-    python -m benchmarks.bandits                 # 3 seeds; part 2 takes ~15 min on 2 cores
+   Scenarios (``--scenario``):
+   - ``balanced``: the embedded default's task suite (18 category x level cells);
+   - ``skewed``: as a real prompt pool looks: a user pool (``world.prompt_pools``, written by the
+     benchmark) adds 42 cells of the same six tasks at levels 5-11 - sums of 3-9 digit numbers,
+     strings of 8-14 letters - that no model in the arena answers, so 70% of the cells (and of
+     the train prompts) teach nothing and uniform selection wastes 70% of its battles there. The
+     eval split is the suite's, as in ``balanced``.
+
+The defaults (select.* of the embedded default) were chosen on seeds 0-4 only; pass other seeds
+to check them: ``--seeds 5,6,7,8,9``.
+
+    python -m benchmarks.bandits --scenario skewed --seeds 5,6,7,8,9     # ~30 min on 2 cores
+    python -m benchmarks.bandits --scenario balanced
+    python -m benchmarks.bandits --quick      # 2 seeds, 2 iterations, smaller budgets: ~2 min
     python -m benchmarks.bandits --sim-only
 """
 
@@ -16,15 +30,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import statistics
-import subprocess
-import sys
+import string
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from flywheel.bandits import POLICIES, Bandit
 
 SIM_POLICIES = [("uniform", {}), ("ucb", {}), ("thompson", {}), ("gaussian", {}), ("exp3", {}),
@@ -49,84 +66,178 @@ def simulate(policy: str, kw: dict, drifting: bool, seed: int, arms: int = 10, r
     return regret
 
 
-def part1(seeds: int) -> None:
+def part1(seeds: list[int]) -> None:
     print("1. simulated bandits: cumulative regret vs the oracle (10 arms, 300 rounds of 8 pulls), "
-          f"mean over {seeds} seeds; 'x uniform' = uniform's regret / the policy's")
+          f"mean over seeds {seeds}; 'x uniform' = uniform's regret / the policy's")
     print(f"{'policy':<24}{'stationary':>12}{'x uniform':>11}{'drifting':>12}{'x uniform':>11}")
     base = {}
     for name, kw in SIM_POLICIES:
         label = name + "".join(f" {k}={v}" for k, v in kw.items())
-        st = np.mean([simulate(name, kw, False, s) for s in range(seeds)])
-        dr = np.mean([simulate(name, kw, True, s) for s in range(seeds)])
+        st = np.mean([simulate(name, kw, False, s) for s in seeds])
+        dr = np.mean([simulate(name, kw, True, s) for s in seeds])
         if name == "uniform":
             base = {"st": st, "dr": dr}
         print(f"{label:<24}{st:>12.1f}{base['st'] / st:>11.2f}{dr:>12.1f}{base['dr'] / dr:>11.2f}")
 
 
-FRACTIONS = (1.0, 2 / 3, 1 / 2)
+FRACTIONS = (1 / 3, 2 / 3, 1.0)
+SKEW_LEVELS = tuple(range(5, 12))  # 6 tasks x 7 levels = 42 cells beside the suite's 18: 70%
 
 
-def run_flywheel(policy: str, seed: int, battles: int, root: Path, extra: list[str]) -> float:
-    """Final eval accuracy of the (first) target after a run with this policy and budget."""
-    name = f"{policy}-s{seed}-b{battles}"
-    cmd = [sys.executable, "-m", "flywheel.cli", "run", *extra, "--set", f"run.root={root}", "--set", f"run.name={name}",
-           "--set", f"run.seed={seed}", "--set", f"select.policy={policy}",
-           "--set", f"select.battles_per_iteration={battles}"]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    last = json.loads((root / name / "summary.json").read_text())["iterations"][-1]
-    return next(v["accuracy"] for m, v in last["eval"].items())
+def _digits(rng: random.Random, n: int) -> int:
+    return rng.randint(10 ** (n - 1), 10**n - 1)
 
 
-def battles_needed(budgets: list[int], accuracy: list[float], goal: float) -> float:
-    """The smallest budget at which ``accuracy`` reaches ``goal``, interpolated linearly between
-    the measured budgets (ascending). Below the smallest budget tried we do not extrapolate."""
-    pts = sorted(zip(budgets, accuracy))
-    if pts[0][1] >= goal:
-        return float(pts[0][0])
-    for (b0, a0), (b1, a1) in zip(pts, pts[1:]):
-        if a1 >= goal:
-            return b0 + (b1 - b0) * (goal - a0) / (a1 - a0)
-    return float("inf")
+def out_of_reach(category: str, level: int, rng: random.Random) -> tuple[str, str]:
+    """A prompt of a suite task at a level above the suite's 1-3 (longer operands and strings
+    than any model here was pre-trained on): the skewed pool's filler."""
+    if category == "add":
+        a, b = _digits(rng, level - 2), _digits(rng, level - 2)
+        return f"{a}+{b}=", str(a + b)
+    if category == "sub":
+        a, b = _digits(rng, level - 2), _digits(rng, level - 3)
+        return f"{a}-{b}=", str(a - b)
+    if category == "mul":
+        a, b = _digits(rng, level - 2), _digits(rng, level - 2)
+        return f"{a}*{b}=", str(a * b)
+    if category == "rev":
+        s = "".join(rng.choice(string.ascii_lowercase) for _ in range(level + 3))
+        return f"rev {s}=", s[::-1]
+    if category == "sort":
+        s = "".join(rng.choice(string.digits) for _ in range(level + 3))
+        return f"sort {s}=", "".join(sorted(s))
+    s = "".join(rng.choice("abcde") for _ in range(2 * level + 5))
+    c = rng.choice("abcde")
+    return f"count {c} {s}=", str(s.count(c))
 
 
-def part2(seeds: int, policy: str, extra: list[str]) -> None:
-    from flywheel.config import load_config
+def write_skewed_pool(path: Path, categories: list[str], per_cell: int, seed: int = 99) -> int:
+    """The skewed scenario's user pool (plain JSONL with references); returns its cell count."""
+    rng = random.Random(seed)
+    rows = []
+    for c in categories:
+        for level in SKEW_LEVELS:
+            seen: dict[str, str] = {}
+            while len(seen) < per_cell:
+                text, answer = out_of_reach(c, level, rng)
+                seen.setdefault(text, answer)
+            rows += [{"prompt": t, "reference": a, "category": c, "level": level} for t, a in seen.items()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return len(categories) * len(SKEW_LEVELS)
 
-    cfg = load_config(None, [o for o in extra if o != "--set"])
-    full = cfg.select.battles_per_iteration
-    budgets = [round(full * f) for f in FRACTIONS]
-    print(f"\n2. the flywheel on the embedded default ({cfg.run.iterations} iterations): uniform at {full} battles per "
-          f"iteration sets the goal (its final eval accuracy); {policy} runs at {budgets} battles per iteration; "
-          "battles needed = the budget at which the final accuracy reaches the goal (interpolated; capped at the "
-          f"smallest budget tried, so the ratio is at most {1 / min(FRACTIONS):.1f})")
-    ratios = []
+
+def scenario_config(scenario: str, overrides: list[str], tmp: Path):
+    """The embedded default (with ``--set`` overrides), plus the skewed pool for ``skewed``."""
+    from flywheel.config import FlywheelConfig, load_config
+
+    cfg = load_config(None, overrides)
+    if scenario == "skewed":
+        tasks = cfg.world.tasks
+        pool = tmp / "skewed_pool.jsonl"
+        write_skewed_pool(pool, list(tasks.categories), tasks.train_per_cell - tasks.val_per_cell)
+        tree = cfg.model_dump()
+        tree["world"]["prompt_pools"] = [{"path": str(pool), "layout": "plain"}]
+        cfg = FlywheelConfig.model_validate(tree)
+    return cfg
+
+
+def run_flywheel(cfg, policy: str, seed: int, battles: int, root: Path) -> tuple[float, float]:
+    """(final eval accuracy of the first target, share of its train battles that taught it
+    something: lost to an opponent) after a run with this policy and budget, every stage run
+    as the flow runs it (flywheel.stages.iteration.run_to), without a Prefect server."""
+    from flywheel.records import SCORE_A, base_name, versioned
+    from flywheel.stages.context import close_run, open_run
+    from flywheel.stages.iteration import run_to
+
+    tree = cfg.model_dump()
+    tree["run"].update(root=str(root), name=f"{policy}-s{seed}-b{battles}", seed=seed)
+    tree["select"].update(policy=policy, battles_per_iteration=battles)
+    run_cfg = type(cfg).model_validate(tree)
+    ctx = open_run(run_cfg)
+    try:
+        run_to(ctx, run_cfg.run.iterations)
+    finally:
+        close_run(ctx)
+    target = run_cfg.targets[0].name
+    last = json.loads(ctx.store.summary_path.read_text())["iterations"][-1]
+    acc = last["eval"][versioned(target, last["iteration"])]["accuracy"]
+    judged = ctx.store.judged(None, "train")
+    lost = sum(1 for jb in judged  # the target's score is 0: the opponent won
+               if SCORE_A[jb.winner] == (0.0 if base_name(jb.battle.model_a) == target else 1.0))
+    return acc, lost / max(1, len(judged))
+
+
+def ci_table(budgets: list[int], runs: dict[str, dict[int, list[float]]]) -> None:
+    print(f"{'battles/iter':>12}" + "".join(f"{arm:>22}" for arm in runs))
+    for b in budgets:
+        cells = []
+        for arm in runs:
+            m, h = mean_ci(runs[arm][b])
+            cells.append(f"{m:.3f} +- {h:.3f}")
+        print(f"{b:>12}" + "".join(f"{c:>22}" for c in cells))
+
+
+def part2(seeds: list[int], policy: str, scenario: str, overrides: list[str], jobs: int) -> None:
     with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as tmp:
-        for seed in range(seeds):
-            goal = run_flywheel("uniform", seed, full, Path(tmp), extra)
-            accs = []
-            for b in budgets:
-                accs.append(run_flywheel(policy, seed, b, Path(tmp), extra))
-            need = battles_needed(budgets, accs, goal)
-            ratio = full / need if need > 0 else float("inf")
+        cfg = scenario_config(scenario, overrides, Path(tmp))
+        from flywheel.tinymodels import bootstrap
+        bootstrap(cfg.world)
+        full = cfg.select.battles_per_iteration
+        budgets = [round(full * f) for f in FRACTIONS]
+        cells = "18 suite cells" + (" + 42 out-of-reach pool cells (70%)" if scenario == "skewed" else "")
+        print(f"\n2. the flywheel, scenario {scenario} ({cells}), {cfg.run.iterations} iterations; uniform and "
+              f"{policy} selection at {budgets} battles per iteration; seeds {seeds}")
+        acc: dict[str, dict[int, list[float]]] = {"uniform": {b: [] for b in budgets}, policy: {b: [] for b in budgets}}
+        taught: dict[str, list[float]] = {"uniform": [], policy: []}
+        t0 = time.perf_counter()
+        calls = [(cfg, arm, seed, b, Path(tmp)) for seed in seeds for arm in acc for b in budgets]
+        results = dict(zip([(arm, seed, b) for _, arm, seed, b, _ in calls], run_all(run_flywheel, calls, jobs)))
+        ratios, marks = [], []
+        for seed in seeds:
+            curves = {arm: [results[arm, seed, b][0] for b in budgets] for arm in acc}
+            for arm in acc:
+                taught[arm] += [results[arm, seed, b][1] for b in budgets]
+                for b, a in zip(budgets, curves[arm]):
+                    acc[arm][b].append(a)
+            ratio, mark = budget_ratio(budgets, curves["uniform"], curves[policy])
             ratios.append(ratio)
-            shown = ", ".join(f"{b}: {a:.3f}" for b, a in zip(budgets, accs))
-            print(f"seed {seed}: uniform@{full} reaches {goal:.3f}; {policy} final accuracy by budget {{{shown}}}; "
-                  f"{policy} needs {need:.0f} battles per iteration -> {ratio:.2f}x")
+            marks.append(mark)
+            show = lambda c: " ".join(f"{a:.3f}" for a in c)  # noqa: E731
+            print(f"seed {seed}: uniform {show(curves['uniform'])} (isotonic {show(isotonic(curves['uniform']))}); "
+                  f"{policy} {show(curves[policy])} (isotonic {show(isotonic(curves[policy]))}); ratio {mark}{ratio:.2f}")
+        print(f"{len(calls)} runs in {time.perf_counter() - t0:.0f} s ({jobs} processes)")
+    print("\nfinal eval accuracy, mean +- 95% CI over the seeds")
+    ci_table(budgets, acc)
+    for arm, t in taught.items():
+        print(f"{arm}: {statistics.fmean(t):.1%} of train battles lost to the opponent (training data), mean over runs")
+    logs = [math.log(r) for r in ratios]
+    m, h = mean_ci(logs)
+    print(f"ratio per seed: {', '.join(f'{k}{r:.2f}' for k, r in zip(marks, ratios))}; geometric mean "
+          f"{math.exp(m):.2f} (95% CI {math.exp(m - h):.2f}-{math.exp(m + h):.2f})")
     print(f"ratio: {statistics.median(ratios):.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seeds", nargs="+", default=["0,1,2,3,4"], help="e.g. 5,6,7,8,9 (default 0-4)")
+    ap.add_argument("--scenario", default="skewed", choices=["skewed", "balanced"])
     ap.add_argument("--policy", default="thompson", choices=[p for p in POLICIES if p != "uniform"])
+    ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, "
+                    "1200 battles at most, 200 steps")
+    ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra flywheel --set overrides")
     args = ap.parse_args()
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    part1(max(args.seeds, 5))
-    if not args.sim_only:
-        extra = [x for o in args.overrides for x in ("--set", o)]
-        part2(args.seeds, args.policy, extra)
+    seeds = parse_seeds(args.seeds)
+    part1(seeds if len(seeds) >= 5 else list(range(5)))
+    if args.sim_only:
+        return
+    overrides = ["rating.bootstrap_rounds=0", *args.overrides]
+    if args.quick:
+        seeds = seeds[:2]
+        overrides = ["run.iterations=2", "select.battles_per_iteration=1200", "train.steps=200", *overrides]
+    part2(seeds, args.policy, args.scenario, overrides, args.jobs)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,45 @@
+"""The statistics the benchmarks publish their ratios with (benchmarks/stats.py)."""
+
+import math
+
+import pytest
+
+from benchmarks.stats import budget_ratio, budget_to_reach, isotonic, mean_ci, parse_seeds
+
+
+def test_isotonic_pools_violators_and_keeps_monotone_input():
+    assert isotonic([0.1, 0.3, 0.2, 0.4]) == pytest.approx([0.1, 0.25, 0.25, 0.4])
+    assert isotonic([0.5, 0.2, 0.2]) == pytest.approx([0.3, 0.3, 0.3])
+    assert isotonic([0.1, 0.2, 0.3]) == [0.1, 0.2, 0.3]
+
+
+def test_mean_ci_is_a_student_t_interval():
+    m, h = mean_ci([1.0, 2.0, 3.0])
+    assert m == 2.0 and h == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-3)
+    assert mean_ci([0.4]) == (0.4, 0.0)
+
+
+def test_budget_to_reach_interpolates_and_never_extrapolates():
+    assert budget_to_reach([100, 200, 300], [0.1, 0.3, 0.5], 0.4) == pytest.approx(250)
+    assert budget_to_reach([100, 200, 300], [0.1, 0.3, 0.5], 0.6) is None
+
+
+def test_budget_ratio_reads_the_monotone_fits_not_a_lucky_crossing():
+    budgets = [100, 200, 300]
+    # the bandit reaches uniform's final accuracy at 200 battles: 1.5x fewer
+    assert budget_ratio(budgets, [0.1, 0.2, 0.4], [0.2, 0.4, 0.5]) == (pytest.approx(1.5), "")
+    # one noisy spike at 100 battles does not count as reaching the goal there: the fit pools
+    # 0.45 with the later points, and the ratio is what the monotone curve gives
+    r, mark = budget_ratio(budgets, [0.1, 0.2, 0.4], [0.45, 0.3, 0.35])
+    assert mark == "" and r < 1.0
+    # a bandit worse at every budget gets a ratio below 1, read off uniform's curve
+    assert budget_ratio(budgets, [0.1, 0.2, 0.4], [0.1, 0.15, 0.2]) == (pytest.approx(200 / 300), "")
+    # bounds are marked as bounds
+    assert budget_ratio(budgets, [0.1, 0.2, 0.3], [0.5, 0.6, 0.7]) == (pytest.approx(3.0), ">=")
+    assert budget_ratio(budgets, [0.5, 0.6, 0.7], [0.1, 0.2, 0.3]) == (pytest.approx(1 / 3), "<=")
+
+
+def test_parse_seeds_takes_commas_and_spaces():
+    assert parse_seeds(["5,6", "7"]) == [5, 6, 7]
+    with pytest.raises(SystemExit):
+        parse_seeds([""])
