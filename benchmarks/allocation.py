@@ -46,7 +46,8 @@ from flywheel.tinymodels import bootstrap
 
 def run_once(policy: str, seed: int, targets: list[tuple[str, float]], args: argparse.Namespace,
              root: Path) -> list[tuple[int, float, str]]:
-    """(training steps spent so far, best target's eval accuracy, that target) per iteration."""
+    """(training steps spent so far, best target's eval accuracy, that target) per iteration; with
+    ``sharing: mixed`` the target's label also says whether the next iteration pools traces."""
     base = str(Path(args.models_dir) / "student")
     cfg = FlywheelConfig.model_validate({
         "run": {"root": str(root), "name": f"{policy}-seed{seed}", "iterations": args.iterations, "seed": seed},
@@ -67,7 +68,8 @@ def run_once(policy: str, seed: int, targets: list[tuple[str, float]], args: arg
         spent += sum(e["train_steps"].values())
         acc = {t: e["eval"][versioned(t, e["iteration"])]["accuracy"] for t, _ in targets}
         best = max(acc, key=lambda t: acc[t])
-        curve.append((spent, acc[best], best))
+        pooled = {True: ", next pooled", False: ", next own"}.get((e.get("allocation") or {}).get("pooled"), "")
+        curve.append((spent, acc[best], best + pooled))
     return curve
 
 

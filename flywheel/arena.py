@@ -25,7 +25,7 @@ def generate_cached(
     ident = roster.identity(player)
     key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
            for p in prompts}
-    cache = store.generations.data
+    cache = store.generations.get_many(key.values())
     out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
     todo = list({p.id: p for p in prompts if p.id not in out}.values())
     gens: list[Generation] = []

@@ -14,6 +14,7 @@ from flywheel import reports
 from flywheel.config import ConfigError, load_config
 from flywheel.cli_data import check_format, data_app, fail, models_app
 from flywheel.store import RunLockedError
+from judges.guard import JudgeGuardError
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
 # still override each of them. Offline mode is not forced here (a hub model id in `path:` must
@@ -56,7 +57,7 @@ def run(
     logging.getLogger("flywheel").setLevel(logging.INFO)  # stage progress (pre-training, generation, training)
     try:
         run_dir = run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None)
-    except (RunLockedError, FileExistsError) as e:
+    except (RunLockedError, FileExistsError, JudgeGuardError) as e:
         fail(str(e))
     _print_result(Path(run_dir))
 

@@ -120,6 +120,17 @@ class JudgeConfig(Strict):
     custom: str | None = Field(None, description="custom: 'module:Class' (a PairwiseJudge) or "
                                "'module:function' (prompt, a, b, reference) -> 'A'|'B'|'tie'|'bothbad'.")
     options: dict[str, Any] = Field({}, description="custom: keyword arguments of the judge class.")
+    max_flip_rate: float = Field(0.5, ge=0, le=1, description="Guard: stop when more of a round's model-judged "
+                                 "battles flip with the order (position bias) than this.")
+    max_invalid_rate: float = Field(0.5, ge=0, le=1, description="Guard: stop when more of a round's model "
+                                    "verdicts are invalid than this.")
+    max_tie_rate: float = Field(0.95, ge=0, le=1, description="Guard: stop when more of a round's valid model "
+                                "verdicts are ties than this (a judge that never decides teaches nothing).")
+    min_verifier_agreement: float = Field(0.5, ge=0, le=1, description="Guard: stop when, on battles with a "
+                                          "reference where the verifier is decisive, the model judge agrees with "
+                                          "it less often than this.")
+    guard_min_battles: int = Field(20, ge=1, description="Guard: the least battles a figure needs before it is "
+                                   "checked (fewer are too noisy to stop a run on).")
 
     @field_validator("template")
     @classmethod

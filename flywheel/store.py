@@ -11,7 +11,7 @@ Layout (see data/README.md)::
     <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
     <run>/ratings/iter-000k.json|md  history.json  eval-subsets.json  iter-000k-subsets.json|-arena.json
     <run>/models/<name>@<k>/  models/.premerge/  trained versions (and, federated, before merging)
-    <run>/cache/generations.jsonl  judgments.jsonl  generation and judge-output caches
+    <run>/cache/generations.sqlite  judgments.sqlite  generation and judge-output caches (SQLite)
 
 A shard is written to a temporary name and renamed, so it is either whole or absent. Stages
 skip records whose ids are already on disk, so a killed run resumes with nothing lost and
@@ -112,8 +112,8 @@ class RunStore:
         self.root = Path(root)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
         self._lock_fd: int | None = None
-        self.generations = JsonlCache(self.cache_dir / "generations.jsonl")
-        self.judge_outputs = JsonlCache(self.cache_dir / "judgments.jsonl")
+        self.generations = KeyValueCache(self.cache_dir / "generations.sqlite")
+        self.judge_outputs = KeyValueCache(self.cache_dir / "judgments.sqlite")
 
     # -- locking ---------------------------------------------------------------------------
     def lock(self, wait_s: float = 0.0) -> None:
@@ -273,6 +273,17 @@ class RunStore:
         """The ``battles`` or ``judgments`` shards of (iteration, phase), relative to the run."""
         return sorted(str(p.relative_to(self.root)) for p in (self.root / kind).glob(f"{iter_name(k)}-{phase}-*.parquet"))
 
+    def quarantine_judgments(self, names: list[str], why: str) -> Path:
+        """Move these judgment shards out of the log (to ``quarantine/<why>/``): their verdicts
+        count nowhere, and the battles are judged again on resume."""
+        folder = self.root / "quarantine" / why
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            src = self.root / "judgments" / f"{name}.parquet"
+            if src.exists():
+                os.replace(src, folder / src.name)
+        return folder
+
     def shard_exists(self, kind: str, name: str) -> bool:
         return (self.root / kind / f"{name}.parquet").exists()
 
@@ -317,34 +328,85 @@ class RunStore:
 
 
 
-class JsonlCache:
-    """An append-only key -> text cache in one JSONL file (generations, judge outputs). A line
-    cut short by a kill is skipped on reading: its entry is simply computed again."""
+class KeyValueCache:
+    """A key -> text cache (generations, judge outputs) in one SQLite file: lookups read only the
+    keys asked for, so memory stays bounded however large the cache grows, and several
+    processes (mapped shards) can share it. Each ``put`` is one transaction: a kill loses at most
+    the batch in flight, which is simply computed again. A cache written by older versions as
+    JSONL (the same name with ``.jsonl``) is imported once, its cut-short lines skipped."""
+
+    CHUNK = 500  # keys per lookup query (SQLite's bound on query parameters)
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._data: dict[str, str] | None = None
+        self.path = path.with_suffix(".sqlite")
+        self._ready = False
+        self.reads = True  # False: lookups find nothing (a round judged again after the judge guard stopped it)
 
-    @property
-    def data(self) -> dict[str, str]:
-        if self._data is None:
-            self._data = {}
-            if self.path.exists():
-                for line in self.path.read_text(encoding="utf-8").splitlines():
+    def _connect(self):
+        import sqlite3
+
+        con = sqlite3.connect(self.path, timeout=120)
+        if not self._ready:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
+            con.commit()
+            self._import_jsonl(con)
+            self._ready = True
+        return con
+
+    def _import_jsonl(self, con) -> None:
+        legacy = self.path.with_suffix(".jsonl")
+        rows = []
+        try:
+            with legacy.open(encoding="utf-8") as f:
+                for line in f:
                     try:
                         row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    self._data[row["key"]] = row["text"]
-        return self._data
+                        rows.append((row["key"], row["text"]))
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        continue  # a line cut short by a kill
+            with con:
+                con.executemany("INSERT OR IGNORE INTO cache VALUES (?, ?)", rows)
+            legacy.rename(legacy.with_suffix(".jsonl.imported"))
+        except FileNotFoundError:  # none, or another process imported it first
+            return
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        """The cached texts of those ``keys`` that are cached."""
+        keys = list(dict.fromkeys(keys))
+        if not keys or not self.reads or not (self.path.exists() or self.path.with_suffix(".jsonl").exists()):
+            return {}
+        out: dict[str, str] = {}
+        con = self._connect()
+        try:
+            for i in range(0, len(keys), self.CHUNK):
+                chunk = keys[i:i + self.CHUNK]
+                marks = ",".join("?" * len(chunk))
+                out.update(con.execute(f"SELECT key, text FROM cache WHERE key IN ({marks})", chunk).fetchall())
+        finally:
+            con.close()
+        return out
 
     def put(self, items: Iterable[tuple[str, str]]) -> None:
         items = list(items)
         if not items:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _append_bytes(self.path, "".join(json.dumps({"key": k, "text": t}) + "\n" for k, t in items))
-        self.data.update(items)
+        con = self._connect()
+        try:
+            with con:
+                con.executemany("INSERT OR REPLACE INTO cache VALUES (?, ?)", items)
+        finally:
+            con.close()
+
+    def __len__(self) -> int:
+        if not self.path.exists():
+            return 0
+        con = self._connect()
+        try:
+            return con.execute("SELECT COUNT(*) FROM cache").fetchone()[0]
+        finally:
+            con.close()
 
 
 _ARROW = {"str": pa.string(), "Winner": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}

@@ -67,7 +67,7 @@ JUDGES: dict[str, Callable[..., PairwiseJudge]] = {
 
 def build_judge(jc, roster, cache=None) -> PairwiseJudge:
     """``jc``: a JudgeConfig; ``roster``: the run's Roster (builds judge models like any player);
-    ``cache``: a JsonlCache for LLM judge outputs, or None."""
+    ``cache``: a KeyValueCache for LLM judge outputs, or None."""
     if jc.kind not in JUDGES:
         raise ValueError(f"judge.kind {jc.kind!r}: expected one of {', '.join(JUDGES)}")
     return JUDGES[jc.kind](jc, roster, cache)

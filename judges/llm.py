@@ -116,7 +116,7 @@ class LLMJudge(PairwiseJudge):
         self.inconsistent = inconsistent
         self.max_parse_retries = max_parse_retries
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-        self.cache = cache  # a flywheel.store.JsonlCache, or None
+        self.cache = cache  # a flywheel.store.KeyValueCache, or None
         self.identity = identity or f"{type(player).__name__}:{player.name}"
         self.name = f"llm:{player.name}:{self.template_name}"
         self.model = player.name
@@ -135,7 +135,7 @@ class LLMJudge(PairwiseJudge):
     def _outputs(self, prompts: list[Prompt]) -> list[tuple[str | None, str | None]]:
         """(raw output, error) per prompt: from the cache, else from the judge model."""
         keys = [stable_id(self.identity, p.text, self.params.max_new_tokens) for p in prompts]
-        cached = self.cache.data if self.cache is not None else {}
+        cached = self.cache.get_many(keys) if self.cache is not None else {}
         out: list[tuple[str | None, str | None]] = [(cached.get(k), None) for k in keys]
         todo = [i for i, k in enumerate(keys) if k not in cached]
         self.cache_hits += len(prompts) - len(todo)

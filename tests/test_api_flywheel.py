@@ -99,3 +99,40 @@ def test_a_served_target_gets_each_version_as_a_lora_adapter(tiny_models_dir, tm
     assert models == {"base-model", "student@1"}  # version 0 is the base; version 1 the adapter
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["iterations"][1]["eval"]) == {"student@1"}
+
+
+def test_judge_guard_stops_a_position_biased_judge_before_training_and_resumes_clean(tiny_models_dir, tmp_path, cli_env):
+    """An LLM judge that always prefers answer A flips with the order on every battle: the run
+    stops after the round's judging with one clear line, trains on nothing, and keeps the
+    verdicts out of the log. With the judge fixed (same model name, so the same cache keys), the
+    resumed run judges the round again without reusing a cached verdict."""
+    api = dict(api_key_env="FLYWHEEL_SECRET", max_retries=0, backoff_s=0.01, max_concurrency=8, timeout_s=5)
+    env = {**cli_env, "FLYWHEEL_SECRET": SECRET}
+    run = tmp_path / "runs" / "guarded"
+    with FakeAPI("solver") as oracle, FakeAPI("biased-A") as biased, FakeAPI("judge") as honest:
+        tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="guarded", run__iterations=1,
+                         select__rounds=1, select__battles_per_iteration=40)
+        tree["opponents"] = [{"name": "oracle", "kind": "openai", "model": "oracle-1", "base_urls": [oracle.url], **api}]
+        tree["judge"] = {"kind": "llm", "player": {"name": "judge", "kind": "openai", "model": "judge-1",
+                                                   "base_urls": [biased.url], "max_new_tokens": 64, **api}}
+        path = tmp_path / "guarded.yaml"
+        path.write_text(yaml.safe_dump(tree))
+        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "judge guard stopped iteration 1, round 1" in proc.stderr and "position-flip rate 1.00" in proc.stderr
+        assert any(line.startswith("error: judge guard stopped") for line in proc.stderr.splitlines())
+        assert not (run / "models" / "student@1").exists() and not (run / "iter-0001" / "sft").exists()
+        assert not list((run / "judgments").glob("iter-0001-*")) and list((run / "quarantine").rglob("*.parquet"))
+        report = json.loads((run / "iter-0001" / "stages" / "judge-guard-r1.json").read_text())
+        assert report["flip_rate"] == 1.0 and report["judged"] >= 20
+
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        config["judge"]["player"]["base_urls"] = [honest.url]  # the fix: the same judge model, served right
+        (run / "config.yaml").write_text(yaml.safe_dump(config))
+        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", "--resume", str(run)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    judgments = [j for f in (run / "judgments").glob("iter-0001-train-*") for j in pq.read_table(f).to_pylist()]
+    assert len(judgments) >= 20 and not any(j["flip"] for j in judgments)  # none of the biased verdicts came back
+    assert (run / "models" / "student@1").exists()

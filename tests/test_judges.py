@@ -12,7 +12,7 @@ from flywheel.config import ConfigError, FlywheelConfig, load_config
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
 from flywheel.records import Battle
-from flywheel.store import JsonlCache, RunStore
+from flywheel.store import KeyValueCache, RunStore
 from judges.base import pair_battle
 from judges.custom import load_custom
 from judges.diagnostics import diagnose
@@ -82,11 +82,11 @@ def test_unparseable_output_is_retried_then_invalid_and_failed_calls_are_invalid
 def test_judgment_cache_by_content_hash_means_zero_calls_on_a_rerun(tmp_path):
     battles = [arith(str(i), f"3{i}", "42", prompt=f"{40 - i}+{2 + i}=") for i in range(5)]
     with FakeAPI("judge") as server:
-        first = llm_judge(server, cache=JsonlCache(tmp_path / "cache" / "judgments.jsonl")).judge(battles)
+        first = llm_judge(server, cache=KeyValueCache(tmp_path / "cache" / "judgments.sqlite")).judge(battles)
         asked = len(server.requests)
         assert asked == 10
         # A resumed run: a new process (new judge, cache read back from disk) judges again.
-        again = llm_judge(server, cache=JsonlCache(tmp_path / "cache" / "judgments.jsonl"))
+        again = llm_judge(server, cache=KeyValueCache(tmp_path / "cache" / "judgments.sqlite"))
         second = again.judge(battles)
         assert len(server.requests) == asked and again.calls == 0 and again.cache_hits == 10
         assert [j.to_row() for j in second] == [j.to_row() for j in first]

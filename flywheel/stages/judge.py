@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from flywheel import selection
 from flywheel.arena import judge_batch
-from flywheel.records import Battle, JudgedBattle, base_name
+from flywheel.records import Battle, JudgedBattle, Judgment, base_name
 from flywheel.stages.battle import shard_count
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import JudgeResult
 from flywheel.stages.select import load_selector
-from flywheel.store import atomic_write_json
+from flywheel.store import atomic_write_json, iter_name
 
 
 def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
@@ -21,7 +21,12 @@ def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
     if ctx.store.shard_exists("judgments", name):
         return 0
     todo = [b for b in ctx.store.read_shard("battles", name, Battle) if b.ok]
-    judge_batch(ctx.judge, ctx.store, todo, k, "train", name)
+    cache = ctx.store.judge_outputs
+    cache.reads = not ctx.store.stage_path(k, f"judge-guard-r{rnd}").exists()  # stopped before: no cached verdicts
+    try:
+        judge_batch(ctx.judge, ctx.store, todo, k, "train", name)
+    finally:
+        cache.reads = True
     return len(todo)
 
 
@@ -29,7 +34,9 @@ def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
 def judge_round(ctx: Context, k: int, rnd: int) -> JudgeResult:
     """Judge every shard of the round not judged yet (as ``battle_round``), then feed the
     round's rewards to the bandits."""
-    new = sum(judge_shard(str(ctx.store.root), k, rnd, i) for i in range(shard_count(ctx, k, rnd)))
+    n = shard_count(ctx, k, rnd)
+    new = sum(judge_shard(str(ctx.store.root), k, rnd, i) for i in range(n))
+    guard_round(ctx, k, rnd, n)
     js = ctx.store.judgments(k, "train")
     update_bandits(ctx, k, rnd)
     counts: dict[str, int] = {}
@@ -37,6 +44,32 @@ def judge_round(ctx: Context, k: int, rnd: int) -> JudgeResult:
         key = j.winner or "invalid"
         counts[key] = counts.get(key, 0) + 1
     return JudgeResult(len(js), new, counts)
+
+
+def guard_round(ctx: Context, k: int, rnd: int, n: int) -> None:
+    """The judge guard (judges/guard.py) over round ``rnd``'s verdicts. Where a limit is broken,
+    the round's verdicts leave the log (``quarantine/``), the report is kept
+    (``stages/judge-guard-r<rnd>.json``) and the run stops before anything learns from them; on
+    resume the round is judged again without the judge cache."""
+    from judges.build import build_verifier
+    from judges.guard import JudgeGuardError, check
+
+    names = [ctx.store.shard_name(k, rnd, i) for i in range(n)]
+    battles = [b for name in names for b in ctx.store.read_shard("battles", name, Battle)]
+    judgments = {j.battle_id: j for name in names for j in ctx.store.read_shard("judgments", name, Judgment)}
+    report = check(battles, judgments, ctx.cfg.judge, build_verifier(ctx.cfg.judge.verifier))
+    if not report.problems:
+        return
+    why = f"{iter_name(k)}-r{rnd}"
+    attempt = len(list((ctx.store.root / "quarantine").glob(f"{why}-*")))
+    folder = ctx.store.quarantine_judgments(names, f"{why}-{attempt}")
+    atomic_write_json(ctx.store.stage_path(k, f"judge-guard-r{rnd}"), {**report.to_json(), "quarantine": str(folder)})
+    raise JudgeGuardError(
+        f"judge guard stopped iteration {k}, round {rnd} ({report.judged} model verdicts): "
+        + "; ".join(report.problems)
+        + f". Nothing was trained on them; they were moved to {folder}. Fix the judge (judge.* in "
+        f"{ctx.store.root / 'config.yaml'}: another model or template, or the limits), then "
+        f"`flywheel run --resume {ctx.store.root}`: the round is judged again, without cached verdicts.")
 
 
 def update_bandits(ctx: Context, k: int, rnd: int) -> None:
