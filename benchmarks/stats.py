@@ -90,12 +90,11 @@ def budget_ratio(budgets: Sequence[float], base: Sequence[float], ours: Sequence
     goal = value_at(budgets, fb, top)
     need = budget_to_reach(budgets, fo, goal)
     if need is not None:
-        return (top / need, ">=" if need <= low and value_at(budgets, fo, low) > goal else "")
-    reach = value_at(budgets, fo, top)
+        return top / need, ">=" if value_at(budgets, fo, low) > goal else ""
+    reach = value_at(budgets, fo, top)  # below goal: base's curve reaches it within the budgets
     need_base = budget_to_reach(budgets, fb, reach)
-    if need_base is None or need_base <= low and value_at(budgets, fb, low) > reach:
-        return low / top, "<="
-    return need_base / top, ""
+    assert need_base is not None
+    return need_base / top, "<=" if value_at(budgets, fb, low) > reach else ""
 
 
 def _one_thread() -> None:

@@ -54,6 +54,8 @@ def guard_round(ctx: Context, k: int, rnd: int, n: int) -> None:
     from judges.build import build_verifier
     from judges.guard import JudgeGuardError, check
 
+    if ctx.cfg.judge.kind in ("verifier", "game"):  # exact judges: nothing to guard
+        return
     names = [ctx.store.shard_name(k, rnd, i) for i in range(n)]
     battles = [b for name in names for b in ctx.store.read_shard("battles", name, Battle)]
     judgments = {j.battle_id: j for name in names for j in ctx.store.read_shard("judgments", name, Judgment)}
