@@ -347,12 +347,30 @@ class KeyValueCache:
 
         con = sqlite3.connect(self.path, timeout=120)
         if not self._ready:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
-            con.commit()
+            self._prepare(con)
             self._import_jsonl(con)
             self._ready = True
         return con
+
+    @staticmethod
+    def _prepare(con, attempts: int = 200) -> None:
+        """WAL mode and the table. Switching the journal mode takes an exclusive lock that SQLite
+        does not wait for (its busy timeout does not apply), so when two processes open a new cache
+        at once, one is told "database is locked": it waits a moment and tries again."""
+        import sqlite3
+        import time
+
+        for attempt in range(attempts):
+            try:
+                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    con.execute("PRAGMA journal_mode=WAL")
+                con.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
+                con.commit()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.05 + 0.01 * attempt)
 
     def _import_jsonl(self, con) -> None:
         legacy = self.path.with_suffix(".jsonl")

@@ -8,9 +8,10 @@ from pathlib import Path
 from flywheel.store import KeyValueCache, RunStore
 
 
-def _writer(path: str, start: int) -> None:
+def _writer(path: str, start: int, barrier) -> None:
+    barrier.wait()  # all open the new cache at once: the race that once failed with "database is locked"
     cache = KeyValueCache(Path(path))
-    for i in range(start, start + 200, 20):
+    for i in range(start, start + 100, 20):
         cache.put((f"k{j}", f"t{j}") for j in range(i, i + 20))
 
 
@@ -26,16 +27,18 @@ def test_cache_reads_only_the_keys_asked_and_persists(tmp_path):
 
 
 def test_processes_share_one_cache(tmp_path):
-    path = tmp_path / "shared.sqlite"
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_writer, args=(str(path), s)) for s in (0, 200)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-    assert [p.exitcode for p in procs] == [0, 0]
-    got = KeyValueCache(path).get_many(f"k{i}" for i in range(400))
-    assert got == {f"k{i}": f"t{i}" for i in range(400)}
+    ctx = mp.get_context("fork")  # fork: no interpreter start-up, so the processes really meet
+    for attempt in range(10):  # the race is won or lost by timing: several fresh caches
+        path = tmp_path / f"shared-{attempt}.sqlite"
+        barrier = ctx.Barrier(6)
+        procs = [ctx.Process(target=_writer, args=(str(path), 100 * s, barrier)) for s in range(6)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0] * 6
+        got = KeyValueCache(path).get_many(f"k{i}" for i in range(600))
+        assert got == {f"k{i}": f"t{i}" for i in range(600)}
 
 
 def test_an_earlier_runs_jsonl_cache_is_imported_once(tmp_path):
