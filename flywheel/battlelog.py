@@ -50,7 +50,7 @@ def _check(row: Any) -> ArenaBattle | str:
     a, b, w = row["model_a"], row["model_b"], row["winner"]
     if not isinstance(a, str) or not isinstance(b, str):
         return "model_a and model_b must be strings"
-    if w not in OUTCOME:
+    if not isinstance(w, str) or w not in OUTCOME:
         return f"winner {w!r} is not one of {', '.join(OUTCOME)}"
     if a.strip() == b.strip():
         return f"a model cannot battle itself ({a!r})"
@@ -117,7 +117,10 @@ def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
             except json.JSONDecodeError as e:
                 rows.append((f"line {n}", f"invalid JSON: {e.msg}"))
     elif suffix == ".json":
-        rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8"))]
+        try:
+            rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8"))]
+        except BattleLogError as e:
+            raise BattleLogError(f"{path}: {e}") from None
     elif suffix in (".csv", ".tsv"):
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")

@@ -105,6 +105,19 @@ def _text(row: dict[str, Any], layout: str) -> str:
     return text
 
 
+def _level(value: Any) -> int:
+    """A row's level: a whole number (``3``, ``3.0``, ``"3"``), 1 when absent."""
+    if value is None or value == "":
+        return 1
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise ValueError(f"level {value!r} is not a whole number")
+
+
 def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool = True,
            seen: set[str] | None = None) -> Ingested:
     """Prompts of one file. ``seen`` (normalised texts) dedups across files and against a
@@ -135,7 +148,7 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
             text = _text(row, kind).strip()
             if not text:
                 raise ValueError("empty prompt")
-            level = int(row.get("level") or 1)
+            level = _level(row.get("level"))
         except (ValueError, TypeError, json.JSONDecodeError) as e:
             out.bad.append((where, str(e)))
             continue

@@ -8,6 +8,7 @@ record written to the battle log is exactly the record a later stage reads back;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -53,15 +54,23 @@ def base_name(arena_name: str) -> str:
 
 
 class _Row:
-    """Flat-row conversion shared by the records (parquet and JSON friendly)."""
+    """Flat-row conversion shared by the records (parquet and JSON friendly). Every field is a
+    scalar, so a row is a shallow dict; the field names are looked up once per class (the logs
+    hold millions of rows)."""
 
     def to_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return {name: getattr(self, name) for name in _field_names(type(self))}
 
     @classmethod
     def from_row(cls: type[R], row: dict[str, Any]) -> R:
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        names = _field_names(cls)
         return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@functools.cache
+def _field_names(cls: type) -> dict[str, None]:
+    """The record's field names, in order (a dict: ordered, with fast membership)."""
+    return dict.fromkeys(f.name for f in dataclasses.fields(cls))
 
 
 @dataclass(frozen=True)

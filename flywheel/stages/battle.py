@@ -8,14 +8,14 @@ not grow with the iteration."""
 from __future__ import annotations
 
 from flywheel.arena import play_batch
+from flywheel.records import Battle
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import BattleResult
 
 
 def shard_count(ctx: Context, k: int, rnd: int) -> int:
     """How many shards round ``rnd``'s plan has (``run.shard_size`` battles each)."""
-    n = len(ctx.store.plan(k, rnd) or [])
-    return -(-n // ctx.cfg.run.shard_size)
+    return -(-ctx.store.plan_size(k, rnd) // ctx.cfg.run.shard_size)
 
 
 def play_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
@@ -25,7 +25,7 @@ def play_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
     name, size = ctx.store.shard_name(k, rnd, i), ctx.cfg.run.shard_size
     if ctx.store.shard_exists("battles", name):
         return 0
-    todo = (ctx.store.plan(k, rnd) or [])[i * size:(i + 1) * size]
+    todo = ctx.store.plan_shard(k, rnd, i, size)
     play_batch(ctx.roster, ctx.store, todo, ctx.prompts, name)
     return len(todo)
 
@@ -35,6 +35,6 @@ def battle_round(ctx: Context, k: int, rnd: int) -> BattleResult:
     """Play every shard of the round not on disk yet (none after the flow's mapped shard tasks;
     run alone, this plays them here)."""
     new = sum(play_shard(str(ctx.store.root), k, rnd, i) for i in range(shard_count(ctx, k, rnd)))
-    specs = ctx.store.plan(k, rnd) or []
-    ids = {s.battle_id for s in specs}
-    return BattleResult(len(specs), sum(1 for b in ctx.store.battles(k, "train") if b.battle_id in ids), new)
+    n = shard_count(ctx, k, rnd)
+    on_disk = sum(len(ctx.store.read_shard("battles", ctx.store.shard_name(k, rnd, i), Battle)) for i in range(n))
+    return BattleResult(ctx.store.plan_size(k, rnd), on_disk, new)

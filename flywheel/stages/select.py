@@ -48,5 +48,5 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
                                                      selection.opponent_arms(cfg, ctx.roster.opponents))
             specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, version, n, k, rnd,
                                           ctx.cfg.run.seed, used, rates)
-        ctx.store.write_plan(k, rnd, specs)
+        ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
     return SelectResult(len(specs), cfg.policy, count_arms(specs))
