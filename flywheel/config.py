@@ -218,6 +218,18 @@ class TrainConfig(Strict):
 
 class EvaluateConfig(Strict):
     bootstrap_seed: int = Field(0, description="Seed of the eval-Elo bootstrap.")
+    sampling: Literal["full", "active"] = Field(
+        "full", description="full: every new version battles every opponent on every eval prompt; active: eval "
+        "battles are drawn in rounds toward the pairs whose order is uncertain and the widest intervals "
+        "(flywheel/active_eval.py), until the target CI width or max_battles. Accuracy is measured on the whole "
+        "eval split either way.")
+    round_size: int = Field(60, ge=1, description="active: eval battles per round.")
+    target_ci_width: float = Field(150.0, gt=0, description="active: stop once every new version's 95% Elo "
+                                   "interval is at most this wide and no neighbouring rank around one is uncertain.")
+    max_battles: int | None = Field(None, ge=1, description="active: most eval battles per iteration (default: "
+                                    "as many as full sampling plays).")
+    width_weight: float = Field(3.0, ge=0, description="active: weight of the CI widths against the uncertain "
+                                "orders of neighbouring ranks (chosen on benchmarks.active_eval's seeds 0-4).")
 
 
 class BudgetConfig(Strict):

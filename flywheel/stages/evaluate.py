@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from flywheel import reports
 from flywheel.arena import generate_cached, judge_pending, play_battles
 from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
@@ -23,19 +25,21 @@ from flywheel.store import atomic_write_json, atomic_write_text, iter_name, read
 @stage("evaluate", EvalResult)
 def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     versions = [versioned(t, k) for t in ctx.roster.targets]
-    specs = []
-    for v in versions:
-        for opp in ctx.roster.opponents:
-            for p in ctx.eval_split:
-                key = stable_id("eval", v, opp, p.id)
-                a, b = seat(key, v, opp)
-                specs.append(BattleSpec(key, k, "eval", p.id, a, b, arm_of(p)))
-    play_battles(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
-    judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
+    active = ctx.cfg.evaluate.sampling == "active" and ctx.cfg.world.kind != "games"
+    if active:
+        play_active(ctx, k, versions)
+    else:
+        specs = [_eval_spec(k, v, opp, p) for v in versions for opp in ctx.roster.opponents for p in ctx.eval_split]
+        play_battles(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
+        judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     if ctx.cfg.world.kind == "games":
         return _evaluate_games(ctx, k, versions)
     by_model = {r.model: r for r in board(ctx.cfg, ctx.store.judged(None, "eval"), ctx.cfg.evaluate.bootstrap_seed)}
     responses: dict[str, dict[str, str]] = {}
+    if active:  # not every pair met on every prompt: every model answers the whole eval split
+        for m in versions + ctx.roster.opponents:
+            got = generate_cached(ctx.roster, ctx.store, m, ctx.eval_split, k, "eval")
+            responses[m] = {pid: g.text for pid, g in got.items() if g.ok}
     for bt in ctx.store.battles(k, "eval"):
         responses.setdefault(bt.model_a, {})[bt.prompt_id] = bt.response_a
         responses.setdefault(bt.model_b, {})[bt.prompt_id] = bt.response_b
@@ -52,6 +56,69 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     rows = [r.to_dict() for r in by_model.values()]
     _publish(ctx, k, rows)
     return EvalResult(evals, rows)
+
+
+def _eval_spec(k: int, version: str, opponent: str, p) -> BattleSpec:
+    key = stable_id("eval", version, opponent, p.id)
+    a, b = seat(key, version, opponent)
+    return BattleSpec(key, k, "eval", p.id, a, b, arm_of(p))
+
+
+def play_active(ctx: Context, k: int, versions: list[str]) -> int:
+    """Active eval sampling: rounds of ``evaluate.round_size`` battles between the new versions
+    and the opponents, each round chosen from the Bradley-Terry fit of every eval battle judged
+    so far (flywheel/active_eval.py), until each new version's 95% interval is at most
+    ``evaluate.target_ci_width`` Elo with no uncertain order next to it, or ``max_battles``, or
+    no pair has an eval prompt left. A pair takes its prompts in a fixed order of the seed.
+    Each round's battles are stored (``stages/eval-active-r<r>.json``) before they are played,
+    so a resumed run plays exactly them. Returns the eval battles of this iteration."""
+    from flywheel.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
+    from flywheel.records import SCORE_A
+
+    ec, opponents = ctx.cfg.evaluate, ctx.roster.opponents
+    budget = ec.max_battles or len(versions) * len(opponents) * len(ctx.eval_split)
+    queues = {(v, o): sorted(ctx.eval_split, key=lambda p: stable_id("eval-order", ctx.cfg.run.seed, v, o, p.id))
+              for v in versions for o in opponents}
+    played: list[BattleSpec] = []
+    rnd = 0
+    while True:
+        rnd += 1
+        path = ctx.store.stage_path(k, f"eval-active-r{rnd}")
+        stored = read_json(path)
+        if stored is None:
+            judged = ctx.store.judged(None, "eval")
+            models = sorted({m for jb in judged for m in (jb.battle.model_a, jb.battle.model_b)}
+                            | set(versions) | set(opponents))
+            index = {m: i for i, m in enumerate(models)}
+            w = np.zeros((len(models), len(models)))
+            for jb in judged:
+                a, b = index[jb.battle.model_a], index[jb.battle.model_b]
+                w[a, b] += SCORE_A[jb.winner]
+                w[b, a] += 1 - SCORE_A[jb.winner]
+            theta, cov = fit_with_cov(w)
+            mine = {index[v] for v in versions}
+            settled = (max(ci_widths(cov)[list(mine)]) <= ec.target_ci_width
+                       and not any(i in mine or j in mine for i, j in uncertain_neighbours(theta, cov)))
+            used = {(v, o): sum(1 for s in played if {s.model_a, s.model_b} == {v, o}) for v, o in queues}
+            left = {(index[v], index[o]): len(queues[v, o]) - used[v, o] for v, o in queues}
+            size = min(ec.round_size, budget - len(played))
+            chosen = [] if (rnd > 1 and settled) or size <= 0 else choose_round(
+                theta, cov, list(left), size, ec.width_weight, left)
+            taken = dict.fromkeys(queues, 0)
+            specs = []
+            for i, j in chosen:
+                v, o = models[i], models[j]
+                specs.append(_eval_spec(k, v, o, queues[v, o][used[v, o] + taken[v, o]]))
+                taken[v, o] += 1
+            stored = {"battles": [s.to_row() for s in specs], "settled": bool(settled),
+                      "max_ci_width": float(max(ci_widths(cov)[list(mine)]))}
+            atomic_write_json(path, stored)
+        specs = [BattleSpec.from_row(r) for r in stored["battles"]]
+        if not specs:
+            return len(played)
+        play_battles(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
+        judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
+        played += specs
 
 
 def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:

@@ -1,0 +1,122 @@
+"""Active evaluation sampling (``evaluate.sampling: active``) against uniform pair sampling, on
+simulated arenas whose true strengths are known.
+
+Per seed: ``--models`` models with Elo strengths drawn from a normal law of spread ``--spread``;
+battles are won with Bradley-Terry probabilities (``--ties`` of them tied). ``uniform`` draws each
+battle's pair uniformly from all pairs (Chatbot Arena's baseline); ``active`` draws rounds of
+``--round`` battles with flywheel.active_eval.choose_round (the same code the evaluate stage
+runs). At each budget both are scored on the same fit and the same intervals:
+
+- ranking accuracy: the share of model pairs the leaderboard orders confidently (the 95%
+  interval of their difference excludes 0) and rightly (as the true strengths do);
+- mean CI width: the mean width of the models' 95% intervals (Elo), from the fit's curvature.
+
+Per seed and metric, the ratio of battles uniform needs for its value at the largest budget to
+the battles active needs for the same value, on isotonic fits (benchmarks/stats.py); the seed's
+ratio is the smaller of the two (active must match uniform on both). ``ratio:`` is the median
+over seeds, with the geometric mean and its 95% CI beside it.
+
+    python -m benchmarks.active_eval --seeds 5,6,7,8,9
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+
+import numpy as np
+
+from benchmarks.stats import budget_ratio, mean_ci, parse_seeds
+from flywheel.active_eval import Z95, choose_round, ci_widths, fit_with_cov
+
+LN10_400 = math.log(10) / 400
+
+
+def ranking_accuracy(theta: np.ndarray, cov: np.ndarray, truth: np.ndarray) -> float:
+    """The share of model pairs the leaderboard orders confidently and rightly: the 95% interval
+    of their rating difference excludes 0, on the side of the true order. (Plain order agreement
+    saturates early on any spread of strengths, where near-equal pairs stay a coin toss; this
+    measure keeps rising with what the battles resolve.)"""
+    i, j = np.triu_indices(len(truth), 1)
+    d = theta[i] - theta[j]
+    se = np.sqrt(np.clip(cov[i, i] + cov[j, j] - 2 * cov[i, j], 0, None))
+    return float(np.mean((np.abs(d) > Z95 * se) & (np.sign(d) == np.sign(truth[i] - truth[j]))))
+
+
+def simulate(arm: str, truth: np.ndarray, budgets: list[int], seed: int, round_size: int, ties: float,
+             width_weight: float) -> list[tuple[float, float]]:
+    """(ranking accuracy, mean CI width) at each budget for one arm."""
+    rng = np.random.default_rng([seed, 0 if arm == "uniform" else 1])
+    k = len(truth)
+    pairs = [(a, b) for a in range(k) for b in range(k) if a < b]
+    w = np.zeros((k, k))
+    played, out = 0, []
+    for budget in budgets:
+        while played < budget:
+            n = min(round_size, budget - played)
+            if arm == "uniform":
+                chosen = [pairs[i] for i in rng.integers(len(pairs), size=n)]
+            else:
+                theta, cov = fit_with_cov(w)
+                chosen = choose_round(theta, cov, pairs, n, width_weight)
+            for a, b in chosen:
+                p = 1.0 / (1.0 + math.exp(truth[b] - truth[a]))
+                u = rng.random()
+                if u < ties:
+                    w[a, b] += 0.5
+                    w[b, a] += 0.5
+                elif rng.random() < p:
+                    w[a, b] += 1
+                else:
+                    w[b, a] += 1
+            played += len(chosen)
+        theta, cov = fit_with_cov(w)
+        out.append((ranking_accuracy(theta, cov, truth), float(ci_widths(cov).mean())))
+    return out
+
+
+def one_seed(seed: int, models: int, spread: float, budgets: list[int], round_size: int, ties: float,
+             width_weight: float) -> dict:
+    truth = np.random.default_rng([seed, 99]).normal(0, spread * LN10_400, size=models)
+    res = {arm: simulate(arm, truth, budgets, seed, round_size, ties, width_weight) for arm in ("uniform", "active")}
+    r_acc, m_acc = budget_ratio(budgets, [a for a, _ in res["uniform"]], [a for a, _ in res["active"]])
+    r_wid, m_wid = budget_ratio(budgets, [-w for _, w in res["uniform"]], [-w for _, w in res["active"]])
+    return {"res": res, "acc": (r_acc, m_acc), "width": (r_wid, m_wid)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", nargs="+", default=["0,1,2,3,4"])
+    ap.add_argument("--models", type=int, default=16)
+    ap.add_argument("--spread", type=float, default=200.0, help="standard deviation of the true Elo strengths")
+    ap.add_argument("--budgets", default="500,1000,2000,3000,4000,6000", help="battles, ascending")
+    ap.add_argument("--round", type=int, default=50, dest="round_size", help="active: battles per round")
+    ap.add_argument("--ties", type=float, default=0.1, help="share of tied battles")
+    ap.add_argument("--width-weight", type=float, default=3.0, help="active: weight of the CI widths")
+    args = ap.parse_args()
+    seeds, budgets = parse_seeds(args.seeds), [int(b) for b in parse_seeds([args.budgets])]
+    print(f"{args.models} models, Elo spread {args.spread:g}, {args.ties:.0%} ties, active rounds of {args.round_size}")
+    runs = [one_seed(s, args.models, args.spread, budgets, args.round_size, args.ties, args.width_weight) for s in seeds]
+    print(f"{'battles':>8} | {'ranking accuracy: uniform':>27} {'active':>15} | {'mean CI width: uniform':>24} {'active':>13}")
+    for i, b in enumerate(budgets):
+        cells = []
+        for metric in (0, 1):
+            for arm in ("uniform", "active"):
+                m, h = mean_ci([r["res"][arm][i][metric] for r in runs])
+                cells.append(f"{m:.3f} +- {h:.3f}" if metric == 0 else f"{m:6.1f} +- {h:4.1f}")
+        print(f"{b:>8} | {cells[0]:>27} {cells[1]:>15} | {cells[2]:>24} {cells[3]:>13}")
+    ratios = []
+    for s, r in zip(seeds, runs):
+        ratio = min(r["acc"][0], r["width"][0])
+        ratios.append(ratio)
+        print(f"seed {s}: battles uniform / active for uniform's value at {budgets[-1]}: ranking accuracy "
+              f"{r['acc'][1]}{r['acc'][0]:.2f}, CI width {r['width'][1]}{r['width'][0]:.2f} -> {ratio:.2f}")
+    logs = [math.log(x) for x in ratios]
+    g, h = mean_ci(logs)
+    print(f"geometric mean {math.exp(g):.2f} (95% CI {math.exp(g - h):.2f}-{math.exp(g + h):.2f}); goal >= 1.5")
+    print(f"ratio: {statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()
