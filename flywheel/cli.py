@@ -6,13 +6,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from flywheel import reports
 from flywheel.config import ConfigError, load_config
-from flywheel.cli_data import check_format, data_app, fail, models_app
+from flywheel.cli_data import IN_USE, RUNTIME, Format, data_app, fail, models_app, refuse_together
 from flywheel.store import RunLockedError
 from judges.guard import JudgeGuardError
 
@@ -31,9 +31,28 @@ QUIET_ENV = {
     "DO_NOT_TRACK": "1",
 }
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Bandit-driven Arena Learning flywheel.")
+app = typer.Typer(no_args_is_help=True, help="Bandit-driven Arena Learning flywheel. Exit codes: 0 done, 1 a failure "
+                  "while working (a judge the guard stopped, a conversion that failed), 2 a usage or config error "
+                  "(arguments, config fields, unreadable input files), 75 the run directory is in use by another "
+                  "process (try again later).")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        import importlib.metadata
+
+        typer.echo(f"flywheel {importlib.metadata.version('flywheel')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Bandit-driven Arena Learning flywheel."""
 
 
 @app.command()
@@ -41,8 +60,13 @@ def run(
     config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
     resume: Annotated[Optional[Path], typer.Option(help="Continue this killed or finished run.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON object: run_dir, summary, config "
+                                          "(paths), iterations (completed), instead of the report.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print Prefect's flow and task states and "
+                                          "the trainer's logs.")] = False,
 ) -> None:
     """Run the flywheel: baseline evaluation, then the configured iterations."""
+    _console(verbose)
     try:
         cfg = load_config(config, set_)
     except ConfigError as e:
@@ -50,16 +74,47 @@ def run(
     if resume is not None and not (resume / "config.yaml").is_file():
         fail(f"--resume {resume}: not a run directory (no config.yaml)")
     _refuse_problems(load_config(resume / "config.yaml") if resume is not None else cfg)
+    if resume is not None:  # in use: say so at once, before Prefect starts (the flow checks again)
+        from flywheel.store import RunStore
+
+        probe = RunStore(resume)
+        try:
+            probe.lock()
+        except RunLockedError as e:
+            fail(str(e), IN_USE)
+        probe.unlock()
     import logging
 
     from flows.flywheel_flow import run_flywheel
 
     logging.getLogger("flywheel").setLevel(logging.INFO)  # stage progress (pre-training, generation, training)
     try:
-        run_dir = run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None)
-    except (RunLockedError, FileExistsError, JudgeGuardError) as e:
+        run_dir = Path(run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None))
+    except RunLockedError as e:
+        fail(str(e), IN_USE)
+    except FileExistsError as e:
         fail(str(e))
-    _print_result(Path(run_dir))
+    except JudgeGuardError as e:
+        fail(str(e), RUNTIME)
+    if as_json:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        typer.echo(json.dumps({"run_dir": str(run_dir.resolve()), "summary": str((run_dir / "summary.json").resolve()),
+                               "config": str((run_dir / "config.yaml").resolve()),
+                               "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
+        return
+    _print_result(run_dir)
+
+
+def _console(verbose: bool) -> None:
+    """By default the console shows the stage progress, the leaderboard and the summary tables;
+    Prefect's flow- and task-run lines (state changes, and the traceback of a failure the CLI
+    reports in one line) still reach the Prefect server and UI, not the console. ``-v`` shows them
+    and the trainer's log dicts. Set before Prefect sets up its logging."""
+    if verbose:
+        os.environ["FLYWHEEL_TRAINER_LOGS"] = "1"
+        return
+    for logger in ("FLOW_RUNS", "TASK_RUNS"):
+        os.environ.setdefault(f"PREFECT_LOGGING_LOGGERS_PREFECT_{logger}_LEVEL", "CRITICAL")
 
 
 def _refuse_problems(cfg) -> None:
@@ -128,8 +183,8 @@ def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
 @app.command(name="rate")
 def rate_cmd(
     file: Annotated[Path, typer.Argument(help="Battle log: .jsonl, .json, .csv or .parquet (Chatbot Arena layout).")],
-    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
-    by: Annotated[Optional[str], typer.Option("--by", help="'category': one leaderboard per category.")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
+    by: Annotated[Optional[Literal["category"]], typer.Option("--by", help="One leaderboard per category.")] = None,
     bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap rounds for the CIs.")] = 100,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
     ci: Annotated[float, typer.Option(min=0.5, max=0.999, help="Confidence level.")] = 0.95,
@@ -147,9 +202,6 @@ def rate_cmd(
     from flywheel.battlelog import consistency
     from flywheel.ratings import rate
 
-    check_format(format)
-    if by not in (None, "category"):
-        fail(f"--by {by!r}: only 'category' is supported")
     pinned = _parse_anchor(anchor)
     try:
         battles, bad = read_battles(file)
@@ -209,17 +261,19 @@ def rate_cmd(
 @app.command()
 def elo(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
-    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
     history: Annotated[bool, typer.Option("--history", help="Every model version's Elo per iteration.")] = False,
-    by: Annotated[Optional[str], typer.Option("--by", help="'category': one leaderboard per category.")] = None,
-    subset: Annotated[Optional[str], typer.Option(help="Eval subset: diverse, hard or mix (WizardArena).")] = None,
+    by: Annotated[Optional[Literal["category"]], typer.Option("--by", help="One leaderboard per category.")] = None,
+    subset: Annotated[Optional[Literal["diverse", "hard", "mix", "all"]], typer.Option(
+        help="Eval subset (WizardArena's; all: each and the whole).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: Elo history with CI bands, win-rate heatmap.")] = None,
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
     from flywheel import queries
 
-    check_format(format)
+    refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference)
+
     try:
         last, rows = queries.latest_board(run_dir)
     except queries.QueryError as e:
@@ -237,15 +291,16 @@ def elo(
         typer.echo(json.dumps(cons, indent=2) if format == "json" else "consistency with the reference: " + json.dumps(cons))
         return
     if plot is not None:
-        queries.plot(run_dir, plot)
+        try:
+            queries.plot(run_dir, plot)
+        except RuntimeError as e:  # matplotlib is an extra
+            fail(str(e), RUNTIME)
         typer.echo(f"wrote {plot}")
         return
     if history:
         typer.echo(reports.render(queries.history_rows(run_dir), format, reports.HISTORY_COLUMNS))
         return
     if by is not None:
-        if by != "category":
-            fail(f"--by {by!r}: only 'category' is supported")
         typer.echo(reports.render_sections(queries.category_boards(run_dir), format))
         return
     if subset is not None:
@@ -263,12 +318,11 @@ def elo(
 def arms(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
     iteration: Annotated[Optional[int], typer.Option(help="Iteration (default: the latest).")] = None,
-    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
 ) -> None:
     """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
     from flywheel import queries
 
-    check_format(format)
     try:
         k, policy, sections = queries.arms_report(run_dir, iteration)
     except queries.QueryError as e:

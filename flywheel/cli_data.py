@@ -5,24 +5,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from flywheel import reports
 
 
-def fail(message: str, code: int = 2) -> None:
+# Exit codes (README, "Exit codes"): usage and config errors (bad arguments, config fields, input
+# files) 2, as click's own; failures while working 1; a run directory another process holds 75
+# (EX_TEMPFAIL: try again later).
+USAGE, RUNTIME, IN_USE = 2, 1, 75
+
+
+def fail(message: str, code: int = USAGE) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
 
 
-FORMATS = ("table", "json", "csv", "md")
+# Options with a fixed set of values are Literal types: typer lists them in --help and refuses
+# any other value (exit 2).
+Format = Literal["table", "json", "csv", "md"]
+ExportFormat = Literal["jsonl", "parquet", "sharegpt", "alpaca", "messages", "arena", "arena-hard"]
+Layout = Literal["auto", "alpaca", "sharegpt", "arena-hard", "plain"]
 
 
-def check_format(fmt: str) -> None:
-    if fmt not in FORMATS:
-        fail(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+def refuse_together(**flags: object) -> None:
+    """At most one of these options may be given: a combination is refused, never half-ignored."""
+    given = [name for name, value in flags.items() if value not in (None, False)]
+    if len(given) > 1:
+        fail(f"{' and '.join('--' + n.replace('_', '-') for n in given)} cannot be combined; give one")
 
 
 data_app = typer.Typer(no_args_is_help=True, help="Inspect and export the datasets a run made.")
@@ -31,12 +43,11 @@ data_app = typer.Typer(no_args_is_help=True, help="Inspect and export the datase
 @data_app.command("ls")
 def data_ls(
     run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
-    format: Annotated[str, typer.Option("--format", help="table, json, csv or md.")] = "table",
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
 ) -> None:
     """Every dataset of a run, per iteration: SFT and DPO sets and the battle and judgment logs."""
     from flywheel.dataview import run_datasets
 
-    check_format(format)
     try:
         rows = run_datasets(run_dir)
     except FileNotFoundError as e:
@@ -75,13 +86,30 @@ def data_stats(
 
 @data_app.command("export")
 def data_export(
-    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
-    format: Annotated[str, typer.Option("--format", help="jsonl, parquet, sharegpt or alpaca.")] = "jsonl",
-    out: Annotated[Optional[Path], typer.Option(help="Output file (default: <dataset>.<format>.jsonl|parquet beside it).")] = None,
+    path: Annotated[Path, typer.Argument(help="A dataset (HF dataset directory, parquet file or folder, JSONL or "
+                                         "JSON); for arena and arena-hard, a run directory.")],
+    format: Annotated[ExportFormat, typer.Option("--format", help="Output format: a dataset's rows (jsonl, "
+                                                 "parquet), ShareGPT, Alpaca or OpenAI chat fine-tuning records "
+                                                 "(messages); a run's battles in Chatbot Arena's layout (arena) or "
+                                                 "arena-hard-auto's folders (arena-hard).")] = "jsonl",
+    out: Annotated[Optional[Path], typer.Option(help="Output file, or folder for arena-hard (default: beside the "
+                                                "input, named after the format).")] = None,
+    phase: Annotated[Literal["train", "eval", "all"], typer.Option(help="arena, arena-hard: which battles.")] = "all",
 ) -> None:
-    """Write a dataset as JSONL, parquet, ShareGPT or Alpaca records."""
+    """Write a dataset, or a run's judged battles, in the layout another tool reads."""
     from flywheel.dataview import export
+    from flywheel.exports import export_arena, export_arena_hard
 
+    if format in ("arena", "arena-hard"):
+        target = out or path / "exports" / (f"arena-{phase}.jsonl" if format == "arena" else f"arena-hard-{phase}")
+        try:
+            n = (export_arena if format == "arena" else export_arena_hard)(path, target, phase)
+        except (FileNotFoundError, ValueError) as e:
+            fail(str(e))
+        typer.echo(f"wrote {n} judged battles to {target}")
+        return
+    if phase != "all":
+        fail("--phase applies to arena and arena-hard exports of a run")
     target = out or path.parent / f"{path.name}.{format}.{'parquet' if format == 'parquet' else 'jsonl'}"
     try:
         n = export(path, format, target)
@@ -90,10 +118,42 @@ def data_export(
     typer.echo(f"wrote {n} rows to {target}")
 
 
+@data_app.command("push")
+def data_push(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    repo: Annotated[str, typer.Option(help="The Hub dataset repository, ORG/NAME.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be uploaded; upload nothing.")] = False,
+    private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
+) -> None:
+    """Publish a run's SFT and DPO datasets to the Hugging Face Hub (token: HF_TOKEN)."""
+    from flywheel.hub import PushError, push, push_operations
+
+    if "/" not in repo.strip("/"):
+        fail(f"--repo {repo!r}: expected ORG/NAME")
+    try:
+        ops = push_operations(run_dir)
+    except PushError as e:
+        fail(str(e))
+    if dry_run:
+        total = 0
+        for op in ops:
+            size = op.upload_info.size
+            total += size
+            typer.echo(f"{op.path_in_repo}\t{size}")
+        typer.echo(f"dry run: {len(ops)} files, {total} bytes would go to datasets/{repo}; nothing was uploaded",
+                   err=True)
+        return
+    try:
+        url = push(run_dir, repo, private)
+    except PushError as e:
+        fail(str(e), RUNTIME)
+    typer.echo(f"pushed {len(ops)} files to datasets/{repo}: {url}")
+
+
 @data_app.command("ingest")
 def data_ingest(
     files: Annotated[list[Path], typer.Argument(help="Prompt files: JSONL, JSON, CSV or Parquet.")],
-    layout: Annotated[str, typer.Option(help="auto, alpaca, sharegpt, arena-hard or plain.")] = "auto",
+    layout: Annotated[Layout, typer.Option(help="Prompt layout (auto: told apart per row).")] = "auto",
     category: Annotated[str, typer.Option(help="Category of rows that name none.")] = "user",
     out: Annotated[Optional[Path], typer.Option(help="Write the prompts as one JSONL pool (plain layout).")] = None,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (still listed) instead of failing.")] = False,
@@ -150,7 +210,7 @@ def models_add(
     try:
         out = add_model(name, models_dir, gguf, force)
     except ModelSourceError as e:
-        fail(str(e), 1)
+        fail(str(e), RUNTIME)
     typer.echo(f"{name}: {out} (use it as a player: path: {out})")
 
 

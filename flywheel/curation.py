@@ -93,11 +93,15 @@ def conversational(rows: list, columns: list[str], systems: dict[str, str | None
     return data
 
 
+DATA_FILE = "data/train-00000-of-00001.parquet"  # the Hub's layout: one split, one shard
+
+
 def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: dict | None = None,
                  systems: dict[str, str | None] | None = None) -> int:
-    """Write ``rows`` as an HF dataset (``save_to_disk``) plus a README card and its lineage
-    (``manifest.json``), atomically. With ``systems`` (target -> its system prompt, for chat
-    targets) the rows are conversational (see ``conversational``); else plain text."""
+    """Write ``rows`` as a Hub-ready dataset folder, atomically: ``data/train-*.parquet`` (which
+    ``load_dataset("parquet")``, pandas and duckdb read), the ``README.md`` card (YAML front
+    matter first) and the lineage (``manifest.json``). With ``systems`` (target -> its system
+    prompt, for chat targets) the rows are conversational (see ``conversational``); else text."""
     from datasets import Dataset, Features, Value
 
     types: dict = {"iteration": Value("int64")}
@@ -110,9 +114,14 @@ def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: 
     features = Features({c: types.get(c, Value("string")) for c in columns})
 
     def fill(tmp: Path) -> None:
-        Dataset.from_dict(data, features=features).save_to_disk(str(tmp))
-        if not rows:
-            _write_empty_shard(tmp, features)
+        import pyarrow.parquet as pq
+
+        (tmp / DATA_FILE).parent.mkdir(parents=True)
+        table = Dataset.from_dict(data, features=features).data.table
+        if len(table):
+            pq.write_table(table, tmp / DATA_FILE)
+        else:  # no row group at all (an empty one stops load_dataset): only the schema
+            pq.ParquetWriter(tmp / DATA_FILE, features.arrow_schema).close()
         atomic_write_text(tmp / "README.md", card)
         if lineage is not None:
             atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns,
@@ -123,17 +132,21 @@ def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: 
     return len(rows)
 
 
-def _write_empty_shard(folder: Path, features) -> None:
-    """``datasets`` saves an empty dataset with no data file, and then cannot load it back.
-    Write the one (empty) shard it expects, so every iteration's dataset opens."""
-    import pyarrow as pa
+def load_dataset_dir(folder: Path):
+    """A curated dataset folder as an in-memory ``datasets.Dataset`` (nothing cached beside it):
+    the Parquet layout, or ``save_to_disk``'s of run directories made before it."""
+    from datasets import Dataset, load_from_disk
 
-    name = "data-00000-of-00001.arrow"
-    with pa.OSFile(str(folder / name), "wb") as fh, pa.ipc.new_stream(fh, features.arrow_schema) as w:
-        w.write_batch(pa.RecordBatch.from_pylist([], schema=features.arrow_schema))
-    state = json.loads((folder / "state.json").read_text())
-    state["_data_files"] = [{"filename": name}]
-    atomic_write_text(folder / "state.json", json.dumps(state, indent=2))
+    folder = Path(folder)
+    if (folder / "state.json").is_file():
+        return load_from_disk(str(folder), keep_in_memory=True)
+    files = sorted((folder / "data").glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no dataset (neither data/*.parquet nor a save_to_disk folder)")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return Dataset(pa.concat_tables([pq.read_table(f) for f in files]))
 
 
 def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int],
@@ -149,7 +162,14 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
         if kind == "sft"
         else "(winner, loser) responses of decisive battles with a target in them"
     )
-    return (
+    front = (
+        "---\nlicense: other\n"  # the answers come from the run's players, under their own terms
+        "task_categories:\n- text-generation\n"
+        f"tags:\n- trl\n- {kind}\n- arena-learning\n- flywheel\n- {'conversational' if chat else 'text'}\n"
+        f"size_categories:\n- {_size_category(len(rows))}\n"
+        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n---\n\n"
+    )
+    return front + (
         f"# {kind.upper()} data, iteration {iteration}\n\n"
         f"- rows: {len(rows)}\n- rule: {rule}\n- judge: {judge}\n"
         f"- format: {'conversational (TRL: lists of role/content turns)' if chat else 'text'}\n"
@@ -157,5 +177,15 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
         + f"- filters: {json.dumps(cfg.model_dump())}\n- dropped: {json.dumps(dropped)}\n"
         f"- sources: {json.dumps(dict(sorted(sources.items())))}\n"
         f"- categories: {json.dumps(dict(sorted(categories.items())))}\n\n"
-        "Open with `datasets.load_from_disk(<this directory>)`.\n"
+        "Open with `datasets.load_dataset(\"parquet\", data_dir=\"<this directory>/data\", split=\"train\")`, "
+        "`pandas.read_parquet(\"<this directory>/data\")` or duckdb (`SELECT * FROM '<this directory>/data/*.parquet'`). "
+        "The license field is `other`: the texts come from the run's players, under their own terms.\n"
     )
+
+
+def _size_category(n: int) -> str:
+    """The Hub's size bucket of a dataset of ``n`` rows."""
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return name
+    return "n>1M"

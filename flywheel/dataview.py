@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from flywheel.chat import TEXT_COLUMNS, as_text
 
-EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca")
+EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca", "messages")
 
 
 def dir_size(path: Path) -> int:
@@ -24,7 +24,12 @@ def dir_size(path: Path) -> int:
 
 
 def is_hf_dataset(path: Path) -> bool:
-    return path.is_dir() and (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+    """A curated dataset folder: ``data/*.parquet`` with its card, or (run directories made
+    before) ``save_to_disk``'s layout."""
+    if not path.is_dir():
+        return False
+    legacy = (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
+    return legacy or ((path / "README.md").is_file() and any((path / "data").glob("*.parquet")))
 
 
 def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
@@ -48,6 +53,9 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
 
 def count_rows(path: Path) -> int:
     if is_hf_dataset(path):
+        files = sorted((path / "data").glob("*.parquet"))
+        if files:
+            return sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # read from the footers
         from datasets import load_from_disk
 
         return len(load_from_disk(str(path)))  # memory-mapped: nothing is read but the lengths
@@ -60,9 +68,9 @@ def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     if is_hf_dataset(path):
-        from datasets import load_from_disk
+        from flywheel.curation import load_dataset_dir
 
-        ds = load_from_disk(str(path), keep_in_memory=True)
+        ds = load_dataset_dir(path)
         return ds.select(range(min(limit, len(ds)))).to_list() if limit is not None else ds.to_list()
     if path.is_dir() or path.suffix == ".parquet":
         files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
@@ -144,6 +152,8 @@ def convert(row: dict[str, Any], fmt: str) -> dict[str, Any]:
         return row
     if "prompt" not in row or not ({"completion"} <= row.keys() or {"chosen", "rejected"} <= row.keys()):
         raise ValueError(f"format {fmt} needs SFT rows (prompt, completion) or DPO rows (prompt, chosen, rejected)")
+    if fmt == "messages":
+        return _messages(row)
     row = {**row, **{c: as_text(row[c]) for c in TEXT_COLUMNS if c in row}}  # conversational rows too
     if fmt == "alpaca":
         if "completion" in row:
@@ -156,6 +166,23 @@ def convert(row: dict[str, Any], fmt: str) -> dict[str, Any]:
         return {"conversations": [human], "chosen": {"from": "gpt", "value": row["chosen"]},
                 "rejected": {"from": "gpt", "value": row["rejected"]}}
     raise ValueError(f"unknown format {fmt!r} ({', '.join(EXPORT_FORMATS)})")
+
+
+def _turns(value: Any, role: str) -> list[dict[str, str]]:
+    """A prompt or answer as chat turns: conversational rows keep theirs (a system prompt too)."""
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def _messages(row: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's fine-tuning JSONL: an SFT row as ``messages``; a DPO row in the preference
+    format (``input.messages``, ``preferred_output``, ``non_preferred_output``)."""
+    prompt = _turns(row["prompt"], "user")
+    if "completion" in row:
+        return {"messages": prompt + _turns(row["completion"], "assistant")}
+    return {"input": {"messages": prompt}, "preferred_output": _turns(row["chosen"], "assistant"),
+            "non_preferred_output": _turns(row["rejected"], "assistant")}
 
 
 def export(path: Path, fmt: str, out: Path) -> int:

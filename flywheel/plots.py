@@ -13,7 +13,10 @@ def plot_run(history: dict[str, list[dict[str, Any]]], targets: list[str], model
     """``history``: iteration -> leaderboard rows. Each target is drawn as its newest version per
     iteration (``t@k`` at iteration k); every other model as itself. ``win_rate[i][j]``: the
     score of ``models[i]`` against ``models[j]``."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("--plot needs matplotlib: pip install 'flywheel[plot]'") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -147,6 +147,10 @@ def train_version(
             from flywheel.progress import trainer_callback
 
             trainer.add_callback(trainer_callback(f"train {kind} {out.name}", per_stage))
+            if os.environ.get("FLYWHEEL_TRAINER_LOGS") != "1":  # `flywheel run -v` shows the trainer's log dicts
+                from transformers import PrinterCallback
+
+                trainer.remove_callback(PrinterCallback)
             result = trainer.train()
             total += result.global_step
             loss = float(result.training_loss)

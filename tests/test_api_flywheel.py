@@ -119,7 +119,7 @@ def test_judge_guard_stops_a_position_biased_judge_before_training_and_resumes_c
         path.write_text(yaml.safe_dump(tree))
         proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
                               capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert proc.returncode == 1, proc.stderr[-3000:]  # a failure while working, not a usage error
         assert "judge guard stopped iteration 1, round 1" in proc.stderr and "position-flip rate 1.00" in proc.stderr
         assert any(line.startswith("error: judge guard stopped") for line in proc.stderr.splitlines())
         assert not (run / "models" / "student@1").exists() and not (run / "iter-0001" / "sft").exists()

@@ -9,7 +9,7 @@ import sys
 import types
 
 import pytest
-from datasets import load_from_disk
+from flywheel.curation import load_dataset_dir
 from transformers import AutoTokenizer
 
 from flywheel.chat import ChatTemplateMissing, as_text, template_of
@@ -98,7 +98,7 @@ def test_a_chat_target_trains_on_conversational_datasets(harness, chat_models_di
     tree["targets"] = [{"name": "student", "system_prompt": "be brief"}]
     root = tmp_path / "runs" / "chat"
     flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json"))
-    sft, dpo = load_from_disk(str(root / "iter-0001/sft")), load_from_disk(str(root / "iter-0001/dpo"))
+    sft, dpo = load_dataset_dir(str(root / "iter-0001/sft")), load_dataset_dir(str(root / "iter-0001/dpo"))
     assert len(sft) and len(dpo)
     row = sft[0]
     assert row["prompt"][0] == {"role": "system", "content": "be brief"} and row["prompt"][1]["role"] == "user"

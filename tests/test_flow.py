@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from datasets import load_from_disk
+from flywheel.curation import load_dataset_dir
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel
@@ -93,15 +93,24 @@ def test_the_category_table_puts_every_target_version_next_to_every_opponent(fin
     assert table[0].split() == ["model", "overall", *cats] and len(table) == 2 + len(rows)
 
 
-def test_curated_datasets_open_with_load_from_disk(finished_run):
+def test_a_runs_datasets_open_with_load_dataset_pandas_and_duckdb(finished_run):
+    import duckdb
+    import pandas as pd
+    from datasets import load_dataset
+
     root = finished_run.root
     summary = json.loads((root / "summary.json").read_text())
     for e in summary["iterations"][1:]:
-        sft = load_from_disk(str(root / f"iter-{e['iteration']:04d}" / "sft"))
-        dpo = load_from_disk(str(root / f"iter-{e['iteration']:04d}" / "dpo"))
+        folder = root / f"iter-{e['iteration']:04d}"
+        sft, dpo = load_dataset_dir(folder / "sft"), load_dataset_dir(folder / "dpo")
         assert len(sft) == e["sft_examples"] and len(dpo) == e["dpo_pairs"]
         assert {"prompt", "completion", "source_model", "battle_id"} <= set(sft.column_names)
         assert {"prompt", "chosen", "rejected"} <= set(dpo.column_names)
+        for kind, n in (("sft", e["sft_examples"]), ("dpo", e["dpo_pairs"])):
+            assert len(pd.read_parquet(folder / kind / "data")) == n
+            assert duckdb.sql(f"SELECT count(*) FROM '{folder / kind}/data/*.parquet'").fetchall() == [(n,)]
+            if n:  # datasets refuses a split with no rows
+                assert load_dataset("parquet", data_dir=str(folder / kind / "data"), split="train").num_rows == n
 
 
 def test_battle_log_matches_the_plan_exactly(finished_run):
@@ -123,14 +132,22 @@ def test_elo_command_prints_the_leaderboard(finished_run, cli_env):
     assert all({"rating", "lower", "upper", "rank", "battles", "win_rate"} <= set(r) for r in rows)
 
 
-def test_a_run_directory_in_use_is_refused(finished_run):
+def test_a_run_directory_in_use_is_refused(finished_run, cli_env):
+    cmd = [sys.executable, "-m", "flywheel.cli", "run", "--resume", str(finished_run.root), "--json"]
     other = RunStore(finished_run.root)
     other.lock()
     try:
         with pytest.raises(RunLockedError, match="in use"):
             RunStore(finished_run.root).lock()
+        busy = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=300)
+        assert busy.returncode == 75 and "in use" in busy.stderr, busy.stderr[-2000:]  # the documented code
     finally:
         other.unlock()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)  # --json: only the machine-readable result on stdout
+    assert out["run_dir"] == str(finished_run.root.resolve()) and out["iterations"] == [0, 1, 2]
+    assert Path(out["summary"]).is_file() and Path(out["config"]).is_file()
 
 
 def test_each_iteration_publishes_leaderboard_artifacts(finished_run):
@@ -243,11 +260,11 @@ def test_data_ls_lists_every_dataset_with_rows_and_sizes(finished_run, cli_env):
 def test_data_show_stats_and_card_with_lineage(finished_run, cli_env):
     sft = finished_run.root / "iter-0001" / "sft"
     shown = [json.loads(line) for line in data(cli_env, "show", sft, "--limit", "3").stdout.splitlines()]
-    assert len(shown) == min(3, len(load_from_disk(str(sft)))) and all("completion" in r for r in shown)
+    assert len(shown) == min(3, len(load_dataset_dir(str(sft)))) and all("completion" in r for r in shown)
     battles = [json.loads(line) for line in data(cli_env, "show", finished_run.root / "battles", "--limit", "2").stdout.splitlines()]
     assert len(battles) == 2 and "response_a" in battles[0]
     st = json.loads(data(cli_env, "stats", sft).stdout)
-    n = len(load_from_disk(str(sft)))
+    n = len(load_dataset_dir(str(sft)))
     assert st["rows"] == n and sum(st["categories"].values()) == n and sum(st["sources"].values()) == n
     assert st["lengths"]["prompt"]["min"] <= st["lengths"]["prompt"]["max"]
     if n:
@@ -268,7 +285,7 @@ def test_data_export_formats(finished_run, cli_env, tmp_path, fmt):
     import pyarrow.parquet as pq
 
     sft, dpo = finished_run.root / "iter-0002" / "sft", finished_run.root / "iter-0002" / "dpo"
-    src = load_from_disk(str(sft)).to_list()
+    src = load_dataset_dir(str(sft)).to_list()
     out = tmp_path / f"sft.{fmt}"
     data(cli_env, "export", sft, "--format", fmt, "--out", out)
     rows = pq.read_table(out).to_pylist() if fmt == "parquet" else [json.loads(x) for x in out.read_text().splitlines()]
@@ -279,7 +296,7 @@ def test_data_export_formats(finished_run, cli_env, tmp_path, fmt):
         assert rows[0]["conversations"][1] == {"from": "gpt", "value": src[0]["completion"]}
     if fmt in ("jsonl", "parquet"):
         assert rows == src
-    pairs = load_from_disk(str(dpo)).to_list()
+    pairs = load_dataset_dir(str(dpo)).to_list()
     out = tmp_path / f"dpo.{fmt}"
     data(cli_env, "export", dpo, "--format", fmt, "--out", out)
     if fmt == "alpaca" and pairs:
@@ -391,10 +408,75 @@ def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_mod
     assert its[0]["allocation"]["pooled"] is True and its[0]["allocation"]["spread"] is None
     after_1 = its[1]["allocation"]
     assert after_1["pooled"] is False and after_1["spread"] > 0.01, after_1
-    sft = {k: load_from_disk(str(store.dataset_dir(k, "sft")))["target"] for k in (1, 2)}
+    sft = {k: load_dataset_dir(str(store.dataset_dir(k, "sft")))["target"] for k in (1, 2)}
     trained = {k: store.stage_json(k, "train") for k in (1, 2)}
     examples = {k: {t: r["examples"] for t, r in trained[k].items()} for k in (1, 2)}
     assert set(sft[1]) == {"fast", "still"}  # both targets lost battles: pooling has something to pool
     assert examples[1] == {"fast": len(sft[1]), "still": len(sft[1])}  # pooled
     own = {t: sum(x == t for k in (1, 2) for x in sft[k]) for t in ("fast", "still")}  # own, with replay
     assert examples[2] == own and own["fast"] != len(sft[1]) + len(sft[2])
+
+
+def test_exports_in_arena_arena_hard_and_messages_layouts(finished_run, cli_env, tmp_path):
+    def cli(*args):
+        p = subprocess.run([sys.executable, "-m", "flywheel.cli", *args], capture_output=True, text=True, env=cli_env,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    root = finished_run.root
+    log = tmp_path / "arena.jsonl"
+    cli("data", "export", str(root), "--format", "arena", "--phase", "eval", "--out", str(log))
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    judged = finished_run.judged(None, "eval")
+    assert len(rows) == len(judged) and {r["phase"] for r in rows} == {"eval"}
+    assert all(r["conversation_a"][1]["role"] == "assistant" and r["tstamp"] > 0 for r in rows)
+    # the exported log, rated by `flywheel rate`, reproduces `flywheel elo` within 0.5 Elo
+    rated = {r["model"]: r["rating"] for r in json.loads(cli("rate", str(log), "--format", "json"))}
+    board = {r["model"]: r["rating"] for r in json.loads(cli("elo", str(root), "--format", "json"))}
+    assert rated.keys() == board.keys() and all(abs(rated[m] - board[m]) <= 0.5 for m in board)
+
+    hard = tmp_path / "hard"
+    cli("data", "export", str(root), "--format", "arena-hard", "--phase", "eval", "--out", str(hard))
+    questions = [json.loads(line) for line in (hard / "question.jsonl").read_text().splitlines()]
+    assert len(questions) == len({jb.battle.prompt_id for jb in judged})
+    answers = [json.loads(line) for line in (hard / "model_answer" / "calc.jsonl").read_text().splitlines()]
+    assert answers and all(a["model_id"] == "calc" and a["choices"][0]["turns"][0]["content"] is not None for a in answers)
+    games = [json.loads(line) for f in (hard / "model_judgment").rglob("student@1.jsonl") for line in f.read_text().splitlines()]
+    assert games and all(g["model"] == "student@1" and g["games"][0]["score"] in ("A>B", "B>A", "A=B") for g in games)
+    # student@1 won where the baseline (A) lost
+    wins = sum(1 for jb in judged if (jb.battle.model_a, jb.judgment.winner) == ("student@1", "model_a")
+               or (jb.battle.model_b, jb.judgment.winner) == ("student@1", "model_b"))
+    assert wins == sum(1 for g in games if g["games"][0]["score"] == "B>A")
+
+    sft = root / "iter-0001" / "sft"
+    out = tmp_path / "sft.messages.jsonl"
+    cli("data", "export", str(sft), "--format", "messages", "--out", str(out))
+    msgs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert msgs and all(m["messages"][-1]["role"] == "assistant" and m["messages"][0]["role"] in ("user", "system")
+                        for m in msgs)
+
+
+def test_data_push_dry_run_lists_the_commit_and_a_failed_push_is_one_line(finished_run, cli_env):
+    import yaml
+
+    from flywheel.hub import push_operations
+
+    root = finished_run.root
+    ops = push_operations(root)
+    paths = [op.path_in_repo for op in ops]
+    assert paths[0] == "README.md" and "iter-0001/sft/data/train-00000-of-00001.parquet" in paths
+    assert "iter-0002/dpo/README.md" in paths and "iter-0001/sft/manifest.json" in paths
+    assert not any(p.startswith(("battles/", "models/", "cache/")) for p in paths)  # datasets only
+    front = yaml.safe_load(ops[0].path_or_fileobj.decode().split("---")[1])
+    summary = json.loads((root / "summary.json").read_text())["iterations"]
+    want = {f"{kind}-iter{e['iteration']}" for e in summary[1:] for kind, n in (("sft", e["sft_examples"]),
+                                                                                 ("dpo", e["dpo_pairs"])) if n}
+    assert {c["config_name"] for c in front["configs"]} == want
+    cmd = [sys.executable, "-m", "flywheel.cli", "data", "push", str(root), "--repo", "someone/flywheel-run"]
+    dry = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, env=cli_env, timeout=120)
+    assert dry.returncode == 0 and dry.stdout.splitlines()[0].startswith("README.md\t")
+    assert len(dry.stdout.splitlines()) == len(ops) and "nothing was uploaded" in dry.stderr
+    offline = subprocess.run(cmd, capture_output=True, text=True, env={**cli_env, "HF_HUB_OFFLINE": "1"}, timeout=120)
+    assert offline.returncode == 1 and offline.stderr.startswith("error: push to someone/flywheel-run failed")
+    assert "Traceback" not in offline.stderr

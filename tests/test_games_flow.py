@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from datasets import load_from_disk
+from flywheel.curation import load_dataset_dir
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel
@@ -70,7 +70,7 @@ def test_the_summary_reports_win_or_draw_against_each_reference(game_run):
 
 
 def test_winners_moves_are_the_datasets(game_run):
-    sft = load_from_disk(str(game_run.dataset_dir(1, "sft")))
+    sft = load_dataset_dir(str(game_run.dataset_dir(1, "sft")))
     assert len(sft) > 0
     for row in sft:
         pos = parse_position(row["prompt"])

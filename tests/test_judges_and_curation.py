@@ -43,19 +43,36 @@ def test_invalid_judgments_are_not_counted():
     assert not cur.sft and not cur.dpo and cur.dropped["invalid"] == 1
 
 
-def test_datasets_with_and_without_rows_open_with_load_from_disk(tmp_path):
-    from datasets import load_from_disk
+def test_datasets_open_with_load_dataset_pandas_and_duckdb_and_old_ones_still_read(tmp_path, monkeypatch):
+    import duckdb
+    import pandas as pd
+    import yaml
+    from datasets import Dataset, load_dataset
 
-    from flywheel.curation import SFT_COLUMNS, save_dataset
+    from flywheel.curation import SFT_COLUMNS, dataset_card, load_dataset_dir, save_dataset
     from flywheel.records import SFTExample
 
-    rows = [SFTExample("1+1=", "2", "p1", "add", "calc", "b1", 1, "student")]
-    assert save_dataset(rows, SFT_COLUMNS, tmp_path / "full", "# card\n") == 1
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # load_dataset's cache: not in the dataset
+    rows = [SFTExample("1+1=", "2", "p1", "add", "calc", "b1", 1, "student"),
+            SFTExample("3+1=", "4", "p2", "add", "calc", "b2", 1, "student")]
+    card = dataset_card("sft", 1, rows, "verifier", CurateConfig(), {})
+    assert save_dataset(rows, SFT_COLUMNS, tmp_path / "full", card) == 2
     assert save_dataset([], SFT_COLUMNS, tmp_path / "empty", "# card\n") == 0
-    full, empty = load_from_disk(str(tmp_path / "full")), load_from_disk(str(tmp_path / "empty"))
-    assert full[0]["completion"] == "2" and full.column_names == SFT_COLUMNS
+    full = tmp_path / "full"
+    got = load_dataset("parquet", data_dir=str(full / "data"), split="train")
+    assert got.column_names == SFT_COLUMNS and got["completion"] == ["2", "4"]
+    assert pd.read_parquet(full / "data")["prompt_id"].tolist() == ["p1", "p2"]
+    assert duckdb.sql(f"SELECT count(*) FROM '{full}/data/*.parquet' WHERE category = 'add'").fetchall() == [(2,)]
+    front = yaml.safe_load((full / "README.md").read_text().split("---")[1])  # a Hub card: YAML front matter
+    assert {"trl", "sft"} <= set(front["tags"]) and front["configs"][0]["data_files"][0]["path"] == "data/train-*.parquet"
+    assert front["task_categories"] == ["text-generation"] and front["license"]
+    assert load_dataset_dir(full)["completion"] == ["2", "4"]
+    empty = load_dataset_dir(tmp_path / "empty")  # no rows: the schema is still there
     assert len(empty) == 0 and empty.column_names == SFT_COLUMNS
-    assert (tmp_path / "empty" / "README.md").read_text() == "# card\n"
+    assert pd.read_parquet(tmp_path / "empty" / "data").columns.tolist() == SFT_COLUMNS
+    # a run directory written before (save_to_disk) still reads
+    Dataset.from_dict({"prompt": ["x"], "completion": ["y"]}).save_to_disk(str(tmp_path / "old"))
+    assert load_dataset_dir(tmp_path / "old")["completion"] == ["y"]
 
 
 def test_log_shards_read_as_one_table_whatever_their_nulls(tmp_path):

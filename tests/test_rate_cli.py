@@ -101,3 +101,25 @@ def test_unreadable_battle_logs_are_one_line_not_a_traceback(tmp_path, cli_env):
         p = run(["rate", str(tmp_path / name)], cli_env, ok=False)
         assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, (name, p.stderr)
         assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_cli_conventions_version_choices_and_incompatible_flags(tmp_path):
+    """In-process (typer's runner): --version, choices listed in --help and refused otherwise with
+    exit 2, and options that cannot work together refused instead of one being ignored."""
+    import importlib.metadata
+
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+
+    cli = CliRunner()
+    got = cli.invoke(app, ["--version"])
+    assert got.exit_code == 0 and got.output.strip() == f"flywheel {importlib.metadata.version('flywheel')}"
+    wide = {"COLUMNS": "200"}  # help is wrapped to the terminal
+    assert "table|json|csv|md" in cli.invoke(app, ["rate", "--help"], env=wide).output
+    assert "auto|alpaca|sharegpt|arena-hard|plain" in cli.invoke(app, ["data", "ingest", "--help"], env=wide).output
+    assert cli.invoke(app, ["rate", str(tmp_path / "x.jsonl"), "--format", "xml"]).exit_code == 2
+    assert cli.invoke(app, ["elo", str(tmp_path), "--by", "judge"]).exit_code == 2
+    both = cli.invoke(app, ["elo", str(tmp_path), "--plot", str(tmp_path / "e.png"), "--history"])
+    assert both.exit_code == 2 and "--plot and --history cannot be combined" in both.output
+    assert not (tmp_path / "e.png").exists()

@@ -39,7 +39,36 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     else:
         res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k)
+    if is_main_process():
+        from flywheel.store import atomic_write_text
+
+        base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
+        atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))
     return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None)
+
+
+def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) -> str:
+    """A Hub model card for target ``t``'s version ``k``: YAML front matter (library, base model,
+    tags), then its lineage: the run, the version it was trained from, the datasets (with their
+    iterations under replay or pooling), the method and the figures of the training."""
+    import json
+
+    iters = list(range(1, k + 1)) if ctx.cfg.train.replay else [k]
+    data = [f"iter-{i:04d}/sft" for i in iters] + [f"iter-{k:04d}/dpo"]
+    method = tc.method + (" (LoRA adapter)" if adapter else " (LoRA, merged)" if tc.lora else "")
+    return (
+        "---\nlibrary_name: " + ("peft" if adapter else "transformers") + "\n"
+        f"base_model: {ctx.roster.path(base)}\n"
+        f"tags:\n- trl\n- {tc.method.replace('+', '-')}\n- arena-learning\n- flywheel\n---\n\n"
+        f"# {versioned(t, k)}\n\n"
+        f"Version {k} of target `{t}`, trained by the flywheel's run `{ctx.cfg.run.name}` from `{base}`.\n\n"
+        f"- method: {method}, learning rate {tc.learning_rate}, batch size {tc.batch_size}\n"
+        f"- steps: {res.steps}, examples: {res.examples}, final training loss: {res.loss}\n"
+        f"- data (in the run directory): {', '.join(data)}"
+        f"{' (every target pooled)' if pools_traces(ctx, k) else f' (rows of target {t})'}\n"
+        f"- judge: {ctx.judge.name}; opponents: {', '.join(ctx.roster.opponents)}\n"
+        f"- config: {json.dumps({'train': ctx.cfg.train.model_dump(mode='json')}, sort_keys=True)}\n"
+    )
 
 
 def serve_adapter(ctx: Context, t: str, k: int) -> None:
@@ -56,11 +85,13 @@ def training_data(ctx: Context, k: int, kind: str, target: str):
     """The ``sft`` or ``dpo`` rows target ``target`` trains on in iteration ``k`` (with
     ``train.replay``, earlier iterations' SFT rows too; ``cooperative``, and ``mixed`` while the
     last allocation pools: every target's)."""
-    from datasets import concatenate_datasets, load_from_disk
+    from datasets import concatenate_datasets
+
+    from flywheel.curation import load_dataset_dir
 
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
     # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
-    parts = [load_from_disk(str(ctx.store.dataset_dir(i, kind)), keep_in_memory=True) for i in iters]
+    parts = [load_dataset_dir(ctx.store.dataset_dir(i, kind)) for i in iters]
     if not pools_traces(ctx, k):
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
     parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
