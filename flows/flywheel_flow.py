@@ -2,15 +2,15 @@
 round's battle and judgment shards as mapped tasks on the run's task runner. The order of the
 stages is flywheel.stages.iteration's; the work lives in flywheel/."""
 
-from __future__ import annotations
-
+import logging
 import os
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from prefect import Task, flow, get_run_logger, task, unmapped
+from prefect import Task, flow, tags, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -31,11 +31,33 @@ TASK = dict(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 _TASKS: dict[str, Task] = {}
 
 
+log = logging.getLogger("flywheel")
+
+
+def run_name_of(prefix: str) -> Callable[[], str]:
+    """A task-run name from the run's parameters: ``<prefix>-i<k>[-r<round>][-s<shard>]``
+    (``play-i1-r2-s0003``, ``select-i1-r2``, ``train-i1``)."""
+
+    def name() -> str:
+        from prefect.runtime import task_run
+
+        params = task_run.parameters
+        out = f"{prefix}-i{params.get('k')}"
+        if params.get("rnd") is not None:
+            out += f"-r{params['rnd']}"
+        if params.get("i") is not None:
+            out += f"-s{params['i']:04d}"
+        return out
+
+    return name
+
+
 def as_task(name: str, fn: Callable[..., Any]) -> Task:
-    """The Prefect task of a stage (one per stage name and function)."""
+    """The Prefect task of a stage (one per stage name and function), its runs named by
+    iteration, round and shard."""
     key = f"{name}:{fn.__module__}.{fn.__qualname__}"
     if key not in _TASKS:
-        _TASKS[key] = task(fn, name=name, **TASK)
+        _TASKS[key] = task(fn, name=name, task_run_name=run_name_of(name.removesuffix("-shard")), **TASK)
     return _TASKS[key]
 
 
@@ -55,19 +77,104 @@ class PrefectRunner:
     """Runs each stage as a Prefect task in the flow, and a round's shards as mapped tasks."""
 
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
-        result = as_task(name, fn)(*args)
-        if isinstance(result, EvalResult):
-            publish_leaderboard(args[0], args[1], result)
+        ctx, k = args[0], args[1]
+        with tags(f"iteration:{k}"):
+            result = as_task(name, fn)(*args)
+            if isinstance(result, EvalResult):
+                publish_leaderboard(ctx, k, result)
+            if name == "curate":
+                announce_datasets(ctx, k)
+            if name == "train":
+                materialize_checkpoints(ctx, k)
         return result
 
     def shards(self, name: str, fn: Shard, run_dir: str, k: int, rnd: int, n: int) -> None:
         if n:
-            as_task(name, fn).map(unmapped(run_dir), unmapped(k), unmapped(rnd), list(range(n))).result()
+            with tags(f"iteration:{k}"):
+                as_task(name, fn).map(unmapped(run_dir), unmapped(k), unmapped(rnd), list(range(n))).result()
+
+
+def run_key(ctx: Context) -> str:
+    """The run's name as an artifact key (lowercase letters, digits and dashes)."""
+    return "-".join(filter(None, re.split(r"[^a-z0-9]+", str(ctx.cfg.run.name).lower())))
+
+
+def announce_datasets(ctx: Context, k: int) -> None:
+    """Iteration ``k``'s datasets as Prefect assets (materialized by a task of this flow run), a
+    table artifact, and one ``flywheel.dataset.created`` event each, so an automation can start a
+    downstream deployment (fine-tuning elsewhere, a Hub push). The event's id is fixed by run,
+    iteration and kind: a resumed run sends the same event again, never a second one."""
+    from prefect.assets import materialize
+    from prefect.events import emit_event
+
+    from flywheel.dataview import count_rows
+
+    found = [(kind, ctx.store.dataset_dir(k, kind)) for kind in ("sft", "dpo")]
+    found = [(kind, d.resolve()) for kind, d in found if d.exists()]
+    if not found:
+        return
+    rows = {kind: count_rows(d) for kind, d in found}
+    materialize(*[asset_key(d) for _, d in found], by="flywheel")(_materialized).with_options(
+        name="datasets", task_run_name=f"datasets-i{k}", **TASK)()
+    create_table_artifact(
+        table=[{"iteration": k, "dataset": kind, "rows": rows[kind], "path": str(d)} for kind, d in found],
+        key=f"datasets-{run_key(ctx)}"[:100], description=f"Datasets of run {ctx.cfg.run.name}, iteration {k}")
+    for kind, d in found:
+        emit_event(event="flywheel.dataset.created",
+                   resource={"prefect.resource.id": f"flywheel.dataset.{ctx.cfg.run.name}.iter{k}.{kind}",
+                             "prefect.resource.name": f"{ctx.cfg.run.name} iteration {k} {kind}"},
+                   related=[{"prefect.resource.id": asset_key(d), "prefect.resource.role": "asset"}],
+                   payload={"run": ctx.cfg.run.name, "run_dir": str(ctx.store.root.resolve()), "iteration": k,
+                            "kind": kind, "rows": rows[kind], "path": str(d)},
+                   id=uuid.uuid5(uuid.NAMESPACE_URL, f"flywheel:{ctx.store.root.resolve()}:{k}:{kind}"))
+
+
+def asset_key(path: Path) -> str:
+    """A folder's Prefect asset key: ``file://`` and its absolute path (characters asset keys may
+    not hold, such as spaces or ``%``, become ``_``; a path too long ends in its hash)."""
+    from prefect.types.names import MAX_ASSET_KEY_LENGTH, RESTRICTED_ASSET_CHARACTERS
+
+    key = "file://" + "".join("_" if c in RESTRICTED_ASSET_CHARACTERS else c for c in path.resolve().as_posix())
+    if len(key) > MAX_ASSET_KEY_LENGTH:
+        key = key[:MAX_ASSET_KEY_LENGTH - 17] + "-" + uuid.uuid5(uuid.NAMESPACE_URL, key).hex[:16]
+    return key
+
+
+def _materialized() -> None:
+    """The task that materializes assets: the files are already on disk when it runs."""
+
+
+def materialize_checkpoints(ctx: Context, k: int) -> None:
+    """Iteration ``k``'s trained versions as Prefect assets."""
+    from prefect.assets import materialize
+
+    from flywheel.records import versioned
+
+    dirs = [ctx.store.model_dir(versioned(t, k)).resolve() for t in ctx.roster.targets]
+    dirs = [d for d in dirs if d.exists()]
+    if dirs:
+        materialize(*[asset_key(d) for d in dirs], by="flywheel")(_materialized).with_options(
+            name="checkpoints", task_run_name=f"checkpoints-i{k}", **TASK)()
+
+
+def publish_iteration(ctx: Context, entry: IterationSummary) -> None:
+    """The judge diagnostics and the allocation of an iteration as table artifacts."""
+    key, k = run_key(ctx), entry.iteration
+    judge = {name: value for name, value in entry.judge.items() if not isinstance(value, (dict, list))}
+    if judge:
+        create_table_artifact(table=[judge], key=f"judge-{key}"[:100],
+                              description=f"Judge diagnostics of run {ctx.cfg.run.name}, iteration {k}")
+    if entry.allocation is not None:
+        a = entry.allocation
+        rows = [{"target": t, "share": a.shares.get(t), "train_steps": a.train_steps.get(t), "battles": a.battles.get(t),
+                 "learning_rate": (a.learning_rates or {}).get(t)} for t in a.shares]
+        create_table_artifact(table=rows, key=f"allocation-{key}"[:100],
+                              description=f"Compute allocation after iteration {k} of run {ctx.cfg.run.name}")
 
 
 def publish_leaderboard(ctx: Context, k: int, result: EvalResult) -> None:
     """The eval leaderboard as Prefect artifacts (a table and markdown), per run."""
-    key = "-".join(filter(None, re.split(r"[^a-z0-9]+", str(ctx.cfg.run.name).lower())))
+    key = run_key(ctx)
     rows = result.leaderboard
     create_table_artifact(table=rows, key=f"leaderboard-{key}"[:100],
                           description=f"Eval leaderboard of run {ctx.cfg.run.name} after iteration {k}")
@@ -97,33 +204,57 @@ def task_runner(run: dict[str, Any]):
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
-def run_flywheel(config: dict[str, Any], resume: str | None = None, **kw: Any) -> str:
-    """The flywheel flow on the task runner of the run's config (the run directory's own one on resume)."""
-    run = config["run"]
+def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = None, **kw: Any) -> str:
+    """The flywheel flow on the task runner of the run's config (the run directory's own one on
+    resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
+    here, so that the flow run is named after it."""
+    from flywheel.config import load_config
+
+    cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:
-        from flywheel.config import load_config
+        run_cfg = load_config(Path(resume) / "config.yaml")
+        name = run_cfg.run.name or Path(resume).name
+    else:
+        run_cfg = cfg = cfg.model_copy(deep=True)
+        cfg.run.name = name = cfg.run.name or new_run_id()
+    with tags("flywheel", f"run:{name}"):
+        return flywheel.with_options(task_runner=task_runner(run_cfg.run.model_dump(mode="json")))(cfg, resume, **kw)
 
-        run = load_config(Path(resume) / "config.yaml").model_dump(mode="json")["run"]
-    return flywheel.with_options(task_runner=task_runner(run))(config, resume, **kw)
+
+def flow_run_name() -> str:
+    """``<run>-iter<k>``: the run's name and the last iteration this flow run goes to."""
+    from prefect.runtime import flow_run
+
+    from flywheel.stages.summary import completed_iterations as done_in
+    from flywheel.store import RunStore
+
+    params = flow_run.parameters
+    cfg = params["config"]
+    cfg = cfg if isinstance(cfg, FlywheelConfig) else FlywheelConfig.model_validate(cfg)
+    root = Path(params["resume"]) if params.get("resume") else Path(cfg.run.root) / str(cfg.run.name)
+    done = done_in(RunStore(root)) if (root / "config.yaml").exists() else []
+    last = cfg.run.iterations if params.get("more") is None else max(done, default=0) + params["more"]
+    return f"{cfg.run.name or root.name}-iter{last}"
 
 
-@flow(name="flywheel", task_runner=ThreadPoolTaskRunner(max_workers=1))
-def flywheel(config: dict[str, Any], resume: str | None = None, more: int | None = None,
+@flow(name="flywheel", task_runner=ThreadPoolTaskRunner(max_workers=1), flow_run_name=flow_run_name)
+def flywheel(config: FlywheelConfig, resume: str | None = None, more: int | None = None,
              lock_wait_s: float = 0.0) -> str:
     """Run (or resume) a flywheel: a baseline evaluation, then N iterations. Returns the run dir.
 
+    ``config`` is the whole config tree (the Prefect UI shows it as a form and validates it);
     ``more``: instead of run.iterations, run this many iterations beyond those already completed
     when the run's lock is taken (a scheduled trigger adds one)."""
-    logger = get_run_logger()
-    ctx = open_run(FlywheelConfig.model_validate(config), Path(resume) if resume else None, lock_wait_s)
+    ctx = open_run(config, Path(resume) if resume else None, lock_wait_s)
     try:
-        logger.info("run directory: %s", ctx.store.root)
+        log.info("run directory: %s", ctx.store.root)
         done = completed_iterations(ctx.store)
         last = ctx.cfg.run.iterations if more is None else max(done, default=0) + more
         ensure_models(ctx)
 
         def finished(entry: IterationSummary) -> None:
-            logger.info("iteration %d: %s", entry.iteration, {m: e.accuracy for m, e in entry.eval.items()})
+            log.info("iteration %d: %s", entry.iteration, {m: e.accuracy for m, e in entry.eval.items()})
+            publish_iteration(ctx, entry)
 
         run_to(ctx, last, PrefectRunner(), finished)
         return str(ctx.store.root)
@@ -132,11 +263,11 @@ def flywheel(config: dict[str, Any], resume: str | None = None, more: int | None
 
 
 @flow(name="flywheel-scheduled")
-def scheduled_flywheel(config: dict[str, Any]) -> str:
+def scheduled_flywheel(config: FlywheelConfig) -> str:
     """One scheduled trigger. ``schedule.mode: continue`` adds one iteration to the run
     ``run.root/run.name`` (creating it on the first trigger); ``fresh`` starts a new run.
     A trigger that finds the run in use waits ``schedule.lock_wait_s``, then refuses."""
-    cfg = FlywheelConfig.model_validate(config).model_copy(deep=True)
+    cfg = config.model_copy(deep=True)
     base = cfg.run.name or "scheduled"
     if cfg.schedule.mode == "fresh":
         cfg.run.name = f"{base}-{new_run_id()}-{os.urandom(2).hex()}"

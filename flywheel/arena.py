@@ -45,7 +45,7 @@ def generate_cached(
                "generated": len(todo), "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
         store.append_jsonl("usage.jsonl", row)
-        log.info("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
+        log.debug("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
     return out
 
 

@@ -87,7 +87,8 @@ def run(
 
     from flows.flywheel_flow import run_flywheel
 
-    logging.getLogger("flywheel").setLevel(logging.INFO)  # stage progress (pre-training, generation, training)
+    # stage progress (pre-training, battles, judgments, training); -v: also each player's generation counts
+    logging.getLogger("flywheel").setLevel(logging.DEBUG if verbose else logging.INFO)
     try:
         run_dir = Path(run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None))
     except RunLockedError as e:
@@ -372,8 +373,14 @@ def schedule(
 
         source = Path(__file__).resolve().parents[1]
         flow = Flow.from_source(source=str(source), entrypoint="flows/flywheel_flow.py:scheduled_flywheel")
+        from prefect.client.schemas.objects import ConcurrencyLimitConfig
+
+        # one run of the deployment at a time; a trigger that comes while one runs waits its turn
         dep_id = flow.deploy(name, work_pool_name=work_pool, parameters=params, build=False, push=False,
-                             print_next_steps=False, **when)
+                             print_next_steps=False, **when,
+                             concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy="ENQUEUE"),
+                             # the worker's flow runs send the stage logs (logger "flywheel") to the UI
+                             job_variables={"env": {"PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel"}})
         typer.echo(f"deployment flywheel-scheduled/{name} ({dep_id}) registered with work pool {work_pool}; "
                    f"start a worker: prefect worker start --pool {work_pool}")
         return

@@ -77,9 +77,19 @@ def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int
         seed=seed,
         data_seed=seed,
         dataloader_num_workers=0,
+        dataloader_pin_memory=hw.cuda,  # pinned memory helps only a GPU (and warns without one)
         disable_tqdm=True,
         max_length=length,
     )
+
+
+def trl_default(config_cls: type, name: str):
+    """A TRL config's own default for a field. TRL sets ``gradient_checkpointing``, which
+    transformers now names ``activation_checkpointing`` (the old name warns): the same default is
+    passed under the new name, so training is unchanged and quiet."""
+    import dataclasses
+
+    return next(f.default for f in dataclasses.fields(config_cls) if f.name == name)
 
 
 def _peft_config(cfg: TrainConfig):
@@ -133,6 +143,7 @@ def train_version(
                 from trl import SFTConfig, SFTTrainer
 
                 args = SFTConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw),
+                                    "activation_checkpointing": trl_default(SFTConfig, "gradient_checkpointing"),
                                     "completion_only_loss": True, "packing": False, **cfg.sft_args})
                 trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
                                      processing_class=tokenizer, peft_config=peft)
@@ -140,6 +151,7 @@ def train_version(
                 from trl import DPOConfig, DPOTrainer
 
                 args = DPOConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw), "beta": cfg.dpo_beta,
+                                    "activation_checkpointing": trl_default(DPOConfig, "gradient_checkpointing"),
                                     **cfg.dpo_args})
                 trainer = DPOTrainer(model=model, args=args,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),

@@ -153,6 +153,74 @@ def test_federated_merge_averages_same_architecture_checkpoints(tiny_models_dir,
     AutoModelForCausalLM.from_pretrained(out["s"])  # a loadable checkpoint
 
 
+def test_sharded_checkpoints_merge_tensor_by_tensor(tiny_models_dir, tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from flywheel.merging import groups, merge_group, shard_map
+
+    src = {}
+    for t, name in (("s", "student"), ("c", "calc")):
+        src[t] = tmp_path / t
+        AutoModelForCausalLM.from_pretrained(tiny_models_dir / name).save_pretrained(src[t], max_shard_size="60KB")
+    shards = shard_map(src["s"])
+    assert len(shards) > 1 and (src["s"] / "model.safetensors.index.json").exists()  # really sharded
+    assert groups(src) == [["s", "c"]]
+    out = {t: tmp_path / "out" / t for t in src}
+    (tmp_path / "out").mkdir()
+    merge_group(src, {"s": 0.5, "c": 0.5}, 1.0, out)
+    for shard in shards:
+        s, c, got = (load_file(str(d / shard)) for d in (src["s"], src["c"], out["s"]))
+        assert all(torch.allclose(got[k], 0.5 * s[k] + 0.5 * c[k], atol=1e-6) for k in s)
+    AutoModelForCausalLM.from_pretrained(out["c"])
+
+
+def test_lora_adapters_merge_as_updates_not_as_averaged_factors(tiny_models_dir, tmp_path):
+    """Each merged adapter's update B'A' is the best rank-r approximation of the weighted sum of
+    the targets' updates (peft's weighted-adapter combination), not (mean B)(mean A)."""
+    import json
+
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from flywheel.merging import coefficients, merge_group
+
+    base = str(tiny_models_dir / "student")
+    src = {}
+    for n, t in enumerate(("s", "c")):
+        torch.manual_seed(n)
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(base),
+                               LoraConfig(r=2, lora_alpha=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)  # peft starts B at zero: give each adapter an update of its own
+        src[t] = tmp_path / t
+        model.save_pretrained(src[t])
+    out = {t: tmp_path / "out" / t for t in src}
+    (tmp_path / "out").mkdir()
+    weights, strength = {"s": 0.3, "c": 0.7}, 0.5
+    merge_group(src, weights, strength, out)
+
+    def updates(folder):
+        cfg = json.loads((folder / "adapter_config.json").read_text())
+        w = load_file(str(folder / "adapter_model.safetensors"))
+        scale = cfg["lora_alpha"] / cfg["r"]
+        return {k.replace(".lora_A.weight", ""): scale * w[k.replace("lora_A", "lora_B")] @ w[k]
+                for k in w if k.endswith("lora_A.weight")}, cfg["r"]
+
+    (us, _), (uc, _) = updates(src["s"]), updates(src["c"])
+    coef = coefficients(weights, strength)["s"]
+    merged, rank = updates(out["s"])
+    assert rank == 2 and merged.keys() == us.keys()
+    for key in us:
+        exact = coef["s"] * us[key] + coef["c"] * uc[key]
+        u, sv, vh = torch.linalg.svd(exact)
+        best = u[:, :2] @ torch.diag(sv[:2]) @ vh[:2]
+        assert torch.allclose(merged[key], best, atol=1e-5), key
+
+
 def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     """allocate.gpu_memory: each target's fraction is that x its compute share (floored), recorded
     with the allocation; the roster hands a vLLM target version the fraction of the allocation on

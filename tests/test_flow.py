@@ -9,7 +9,7 @@ import yaml
 from flywheel.curation import load_dataset_dir
 from prefect.testing.utilities import prefect_test_harness
 
-from flows.flywheel_flow import flywheel
+from flows.flywheel_flow import flywheel, run_flywheel
 from flywheel.store import RunLockedError, RunStore
 
 
@@ -27,7 +27,7 @@ def finished_run(harness, tiny_models_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("runs")
     cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6))
-    run_dir = flywheel(cfg.model_dump(mode="json"))
+    run_dir = run_flywheel(cfg.model_dump(mode="json"))  # as the CLI runs it: tagged, on the config's runner
     return RunStore(root / "flow") if run_dir else None
 
 
@@ -480,3 +480,53 @@ def test_data_push_dry_run_lists_the_commit_and_a_failed_push_is_one_line(finish
     offline = subprocess.run(cmd, capture_output=True, text=True, env={**cli_env, "HF_HUB_OFFLINE": "1"}, timeout=120)
     assert offline.returncode == 1 and offline.stderr.startswith("error: push to someone/flywheel-run failed")
     assert "Traceback" not in offline.stderr
+
+
+def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run):
+    """Read back from the (real, local) Prefect server the flow run made: the flow run and task
+    runs are named and tagged, the artifacts are there, and every dataset announced an event."""
+    import time
+
+    import anyio
+    from prefect.client.orchestration import get_client
+
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId,
+                                                FlowRunFilterName)
+
+    async def read(names: list[str]):
+        async with get_client() as client:
+            runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["flow-iter2"])))
+            tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[r.id for r in runs])))
+            keys = ["leaderboard-flow", "judge-flow", "allocation-flow", "datasets-flow"]
+            arts = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
+            found = {}
+            for name in names:
+                got = await client._client.post("/events/filter", json={"filter": {"event": {"name": [name]}},
+                                                                        "limit": 50})
+                found[name] = got.json()["events"]
+            return runs, tasks, arts, found
+
+    names = ["flywheel.dataset.created", "prefect.asset.materialization.succeeded"]
+    for _ in range(30):  # events arrive asynchronously
+        runs, tasks, arts, events = anyio.run(read, names)
+        if len(events[names[0]]) >= 4:
+            break
+        time.sleep(1)
+    assert len(runs) == 1 and {"flywheel", "run:flow"} <= set(runs[0].tags)
+    mine = [t for t in tasks if t.flow_run_id == runs[0].id]
+    by_name = {t.name: t for t in mine}
+    assert {"select-i1-r1", "play-i1-r1-s0000", "judge-i1-r1-s0000", "judge-i1-r1", "curate-i1", "train-i2",
+            "evaluate-i0", "datasets-i1", "checkpoints-i2"} <= set(by_name), sorted(by_name)
+    assert {"flywheel", "run:flow", "iteration:1"} <= set(by_name["play-i1-r1-s0000"].tags)
+    keys = {a.key for a in arts}
+    assert {"leaderboard-flow", "judge-flow", "allocation-flow", "datasets-flow"} <= keys
+    created = {e["resource"]["prefect.resource.id"]: e["payload"] for e in events[names[0]]}
+    for k in (1, 2):
+        for kind in ("sft", "dpo"):
+            payload = created[f"flywheel.dataset.flow.iter{k}.{kind}"]
+            assert payload["rows"] == len(load_dataset_dir(payload["path"])) and payload["iteration"] == k
+    assets = {e["resource"]["prefect.resource.id"] for e in events[names[1]]}
+    from flows.flywheel_flow import asset_key
+
+    assert asset_key(finished_run.root / "iter-0001" / "sft") in assets
+    assert asset_key(finished_run.root / "models" / "student@2") in assets
