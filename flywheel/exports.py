@@ -22,35 +22,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flywheel.records import Battle, Judgment, JudgedBattle
+from flywheel.records import JudgedBattle
 
 PHASES = ("train", "eval", "all")
-# Our verdict from model A's side -> arena-hard's label with the *baseline* as A.
-_HARD_LABEL = {"model_a": "A>B", "model_b": "B>A", "tie": "A=B", "tie (bothbad)": "A=B"}
 
 
 def judged_with_times(run_dir: Path, phase: str = "all") -> list[tuple[JudgedBattle, float]]:
-    """Every judged battle of the run (valid verdicts, battles that did not fail) with the time
-    its verdict was written, in log order."""
+    """Every judged battle of the run (``RunStore.judged``: valid verdicts, battles that did not
+    fail), in log order, with the time its verdict was written (its judgment shard's mtime)."""
     import pyarrow.parquet as pq
+
+    from flywheel.store import RunStore
 
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: expected one of {', '.join(PHASES)}")
-    verdicts: dict[str, tuple[Judgment, float]] = {}
-    for path in sorted((run_dir / "judgments").glob("*.parquet")):
-        when = path.stat().st_mtime
-        for row in pq.read_table(path).to_pylist():
-            verdicts[row["battle_id"]] = (Judgment.from_row(row), when)
-    out = []
-    for path in sorted((run_dir / "battles").glob("*.parquet")):
-        for row in pq.read_table(path).to_pylist():
-            b = Battle.from_row(row)
-            j = verdicts.get(b.battle_id)
-            if b.ok and j is not None and j[0].valid and (phase == "all" or b.phase == phase):
-                out.append((JudgedBattle(b, j[0]), j[1]))
-    return out
+    store = RunStore(run_dir)
+    when = {bid: path.stat().st_mtime for shards in store.log_shards("judgments").values() for path in shards
+            for bid in pq.read_table(path, columns=["battle_id"]).column("battle_id").to_pylist()}
+    return [(jb, when[jb.battle.battle_id]) for jb in store.judged(None, None if phase == "all" else phase)]
 
 
 def _turns(prompt: str, answer: str) -> list[dict[str, str]]:
@@ -106,9 +97,9 @@ def export_arena_hard(run_dir: Path, out: Path, phase: str = "all") -> int:
             answers.setdefault(model, {}).setdefault(b.prompt_id, {
                 "question_id": b.prompt_id, "answer_id": stable_id("answer", model, b.prompt_id), "model_id": model,
                 "choices": [{"index": 0, "turns": [{"content": text}]}], "tstamp": round(when, 3)})
-        for model, baseline, seat in ((b.model_a, b.model_b, "a"), (b.model_b, b.model_a, "b")):
-            # the baseline as A: our model_a's win is "A>B" when model_a is the baseline
-            label = _HARD_LABEL[j.winner] if seat == "b" else _HARD_LABEL[_SWAP[j.winner]]
+        for model, baseline, seat in ((b.model_a, b.model_b, "model_a"), (b.model_b, b.model_a, "model_b")):
+            # arena-hard puts the baseline in seat A: the model won "B>A", lost "A>B"
+            label = "A=B" if j.winner.startswith("tie") else ("B>A" if j.winner == seat else "A>B")
             judgments.setdefault((j.judge, model), []).append({
                 "question_id": b.prompt_id, "model": model, "baseline": baseline, "judge": j.judge,
                 "battle_id": b.battle_id, "games": [{"score": label, "judgment": j.raw}], "tstamp": round(when, 3)})
@@ -119,8 +110,6 @@ def export_arena_hard(run_dir: Path, out: Path, phase: str = "all") -> int:
         write_rows(rows, out / "model_judgment" / _safe(judge) / f"{_safe(model)}.jsonl")
     return len(judged)
 
-
-_SWAP = {"model_a": "model_b", "model_b": "model_a", "tie": "tie", "tie (bothbad)": "tie (bothbad)"}
 
 
 def _safe(name: str) -> str:

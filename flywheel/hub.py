@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from flywheel.dataview import count_rows
 
 
 class PushError(RuntimeError):
@@ -35,15 +35,11 @@ def dataset_folders(run_dir: Path) -> list[tuple[int, str, Path]]:
     return found
 
 
-def rows_of(folder: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in (folder / "data").glob("*.parquet"))
-
-
 def root_card(run_dir: Path, folders: list[tuple[int, str, Path]]) -> str:
     configs = "".join(
         f"- config_name: {kind}-iter{k}\n  data_files:\n  - split: train\n    path: {folder.relative_to(run_dir)}/data/*.parquet\n"
-        for k, kind, folder in folders if rows_of(folder))
-    listing = "".join(f"| {k} | {kind} | {rows_of(folder)} | `{folder.relative_to(run_dir)}` |\n" for k, kind, folder in folders)
+        for k, kind, folder in folders if count_rows(folder))
+    listing = "".join(f"| {k} | {kind} | {count_rows(folder)} | `{folder.relative_to(run_dir)}` |\n" for k, kind, folder in folders)
     return ("---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n- sft\n- dpo\n- arena-learning\n"
             f"- flywheel\nconfigs:\n{configs}---\n\n# Arena Learning flywheel datasets: run {run_dir.name}\n\n"
             "Each iteration's SFT examples and DPO pairs, curated from judged battles; every folder keeps its own "
