@@ -37,7 +37,7 @@ from pathlib import Path
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from flywheel.config import FlywheelConfig
-from flywheel.records import versioned
+from flywheel.reports import in_use_eval
 from flywheel.stages.context import close_run, open_run
 from flywheel.stages.iteration import run_to
 from flywheel.store import read_json
@@ -57,6 +57,9 @@ def run_once(policy: str, seed: int, targets: list[tuple[str, float]], args: arg
         "train": {"steps": args.steps},
         "rating": {"bootstrap_rounds": 0},
         "allocate": {"policy": policy, "signal": args.signal, "sharing": args.sharing},
+        # as the README's figures were measured, before the embedded default's self-distillation and promotion
+        "curate": {"include_target_wins": False, "include_target_ties": False},
+        "evaluate": {"promotion": "always"},
     })
     ctx = open_run(cfg)
     try:
@@ -64,9 +67,10 @@ def run_once(policy: str, seed: int, targets: list[tuple[str, float]], args: arg
     finally:
         close_run(ctx)
     curve, spent = [], 0
-    for e in read_json(ctx.store.summary_path)["iterations"][1:]:
+    summary = read_json(ctx.store.summary_path)
+    for e in summary["iterations"][1:]:
         spent += sum(e["train_steps"].values())
-        acc = {t: e["eval"][versioned(t, e["iteration"])]["accuracy"] for t, _ in targets}
+        acc = {t: in_use_eval(summary, e, t)["accuracy"] for t, _ in targets}
         best = max(acc, key=lambda t: acc[t])
         pooled = {True: ", next pooled", False: ", next own"}.get((e.get("allocation") or {}).get("pooled"), "")
         curve.append((spent, acc[best], best + pooled))

@@ -23,7 +23,7 @@ class ConfigError(ValueError):
 class RunConfig(Strict):
     name: str | None = Field(None, description="Run id (directory name); default: a timestamp.")
     root: Path = Field(Path("data/runs"), description="Directory that holds run directories.")
-    iterations: int = Field(3, ge=1, le=1000, description="Flywheel iterations after the baseline.")
+    iterations: int = Field(4, ge=1, le=1000, description="Flywheel iterations after the baseline.")
     seed: int = Field(0, description="Seed for selection, seating, training and bootstraps.")
     shard_size: int = Field(500, ge=1, description="Battles per log shard (the unit a kill can lose).")
     cache_dir: Path | None = Field(None, description="Generation cache shared by runs (e.g. data/cache), so a "
@@ -139,7 +139,7 @@ class SelectConfig(Strict):
         "bandit", description="Opponent choice: a per-cell bandit, PFSP weights, or uniform.")
     reward: Literal["yield", "progress", "uncertainty"] = Field(
         "yield", description="Bandit reward: training-data yield, |learning progress|, or p(1-p).")
-    battles_per_iteration: int = Field(2000, ge=1, description="Train battles per target.")
+    battles_per_iteration: int = Field(4000, ge=1, description="Train battles per target.")
     rounds: int = Field(4, ge=1, description="Selection rounds per iteration (the bandit learns between them).")
     discount: float = Field(0.8, gt=0, le=1, description="Per-round discount of the prompt bandit's past rewards "
                             "(1 = none): the target changes, so old rewards go stale.")
@@ -168,7 +168,13 @@ class RatingConfig(Strict):
 
 
 class CurateConfig(Strict):
-    include_target_wins: bool = Field(False, description="Also SFT on the target's own wins.")
+    include_target_wins: bool = Field(True, description="Also SFT on the target's own wins (self-distillation).")
+    include_target_ties: bool = Field(True, description="Also SFT on the target's own answer where a battle was a "
+                                      "tie with both answers good (winner 'tie', never 'tie (bothbad)'): under a "
+                                      "verifier, its correct answers that the opponent also got right. With "
+                                      "include_target_wins this keeps what the target already knows in its data, "
+                                      "which lost battles alone under-represent (the forgetting they cause). "
+                                      "Prompt worlds; a games world's draws teach nothing (flywheel/games/curation.py).")
     dedup: bool = Field(True, description="One example per prompt text per iteration.")
     max_completion_chars: int = Field(8192, ge=1, description="Drop longer completions.")
     min_completion_chars: int = Field(1, ge=1, description="Drop shorter completions.")
@@ -178,7 +184,7 @@ class CurateConfig(Strict):
 
 class TrainConfig(Strict):
     method: Literal["sft", "dpo", "sft+dpo"] = Field("sft", description="TRL trainer(s) to run.")
-    steps: int = Field(400, ge=0, description="Optimizer steps per target per iteration.")
+    steps: int = Field(1200, ge=0, description="Optimizer steps per target per iteration.")
     batch_size: int = Field(32, ge=1, description="Per-device batch size.")
     learning_rate: float = Field(3e-3, gt=0, description="Peak learning rate.")
     replay: bool = Field(True, description="Also train on earlier iterations' SFT data.")
@@ -230,6 +236,15 @@ class EvaluateConfig(Strict):
                                     "as many as full sampling plays).")
     width_weight: float = Field(3.0, ge=0, description="active: weight of the CI widths against the uncertain "
                                 "orders of neighbouring ranks (chosen on benchmarks.active_eval's seeds 0-4).")
+    promotion: Literal["validation", "always"] = Field(
+        "validation", description="validation: a target's new version replaces its current one only if its "
+        "validation accuracy (games: win-or-draw rate) is at least the current one's minus promotion_margin; "
+        "otherwise the current version keeps playing and is trained on in the next iteration, and the new one "
+        "stays on disk, recorded as not promoted (Arena Learning's practice; the eval split is never read). "
+        "always: every new version replaces the last.")
+    promotion_margin: float = Field(0.0, ge=0, le=1, description="validation promotion: how far below the "
+                                    "current version's validation figure a new version may be and still replace "
+                                    "it (0: at least as good).")
 
 
 class BudgetConfig(Strict):

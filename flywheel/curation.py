@@ -35,6 +35,15 @@ def curate(
     seen_dpo: set[tuple[str, str]] = set()
     target_set = set(targets)
     for b in battles:
+        if cfg.include_target_ties and _good_tie(b, judgments.get(b.battle_id)):
+            mine = [(m, r) for m, r in ((b.model_a, b.response_a), (b.model_b, b.response_b)) if base_name(m) in target_set]
+            if mine and b.prompt not in eval_texts and " ".join(b.prompt.split()) not in eval_texts:
+                model, text = mine[0]
+                key = (base_name(model), b.prompt)
+                if cfg.min_completion_chars <= len(text.strip()) and len(text) <= cfg.max_completion_chars \
+                        and not (cfg.dedup and key in seen_sft):
+                    seen_sft.add(key)
+                    sft.append(SFTExample(b.prompt, text, b.prompt_id, b.category, model, b.battle_id, b.iteration, key[0]))
         j = decisive(b, judgments.get(b.battle_id), dropped)
         if j is None:
             continue
@@ -68,6 +77,11 @@ def curate(
             seen_dpo.add((target, b.prompt))
             dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
     return Curated(sft, dpo, dropped)
+
+
+def _good_tie(b: Battle, j: Judgment | None) -> bool:
+    """A played battle judged a tie with both answers good (never ``tie (bothbad)``)."""
+    return b.ok and j is not None and j.winner == "tie"
 
 
 def decisive(b: Battle, j: Judgment | None, dropped: dict[str, int]) -> Judgment | None:

@@ -93,7 +93,8 @@ def render_matrix(models: Sequence[str], matrix: Sequence[Sequence[Any]], fmt: s
 
 
 def progress_table(summary: dict[str, Any]) -> str:
-    """Each target's eval accuracy and Elo per iteration, with the change since the baseline."""
+    """Each target's eval accuracy and Elo per iteration, with the change since the baseline, its
+    validation accuracy (what steers the run), whether it was promoted, and the version in use."""
     lines = []
     for t in summary.get("targets", []):
         lines.append(f"{t}:")
@@ -104,21 +105,36 @@ def progress_table(summary: dict[str, Any]) -> str:
                     continue
                 first = first or ev
                 ci = ev.get("elo_ci") or [float("nan")] * 2
+                val = (ev.get("validation") or {}).get("accuracy")
+                decision = (e.get("promotion") or {}).get(t) or {}
+                kept = "" if decision.get("promoted", True) else f"  not promoted: {decision['incumbent']} stays"
                 lines.append(
                     f"  iter {e['iteration']}  {name:<14} accuracy {ev['accuracy']:.3f} "
                     f"({ev['accuracy'] - first['accuracy']:+.3f})  elo {ev['elo']:.1f} [{ci[0]:.1f}, {ci[1]:.1f}]"
+                    + (f"  validation {val:.3f}" if val is not None else "") + kept
                 )
+        current = ((summary.get("iterations") or [{}])[-1].get("current") or {}).get(t)
+        if current:
+            lines.append(f"  in use: {current}")
     return "\n".join(lines)
+
+
+def in_use_eval(summary: dict[str, Any], entry: dict[str, Any], target: str) -> dict[str, Any]:
+    """The eval figures of the version ``target`` kept after ``entry``'s iteration (the newest
+    version in runs made before promotion was recorded)."""
+    version = (entry.get("current") or {}).get(target) or f"{target}@{entry['iteration']}"
+    return next(e["eval"][version] for e in summary["iterations"] if version in e.get("eval", {}))
 
 
 def category_rows(summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
     """Held-out eval accuracy per category of every target version (by iteration) and of every
     opponent (as last evaluated): (rows with ``model``, ``overall`` and one column per category,
-    the category columns)."""
+    the category columns). A version its target did not promote is marked so."""
     rows: list[dict[str, Any]] = []
     for e in summary.get("iterations", []):
-        rows += [{"model": name, "overall": ev["accuracy"], **ev.get("accuracy_by_category", {})}
-                 for name, ev in e.get("eval", {}).items()]
+        rejected = {d["candidate"] for d in (e.get("promotion") or {}).values() if not d["promoted"]}
+        rows += [{"model": name + (" (not promoted)" if name in rejected else ""), "overall": ev["accuracy"],
+                  **ev.get("accuracy_by_category", {})} for name, ev in e.get("eval", {}).items()]
     last = (summary.get("iterations") or [{}])[-1]
     rows += [{"model": name, "overall": ev["accuracy"], **ev.get("accuracy_by_category", {})}
              for name, ev in sorted(last.get("opponents_eval", {}).items())]

@@ -43,7 +43,7 @@ def digest(run_dir: Path) -> dict:
     }
     for k in [e["iteration"] for e in summary["iterations"]]:
         for kind in ("sft", "dpo"):
-            folder = run_dir / f"iter-{k:04d}" / kind
+            folder = run_dir / f"iter-{k:04d}" / kind / "data"  # the Hub layout: <kind>/data/*.parquet
             if folder.exists():
                 rows = sorted(_rows(folder), key=lambda r: json.dumps(r, sort_keys=True, default=str))
                 out["datasets"][f"{k}/{kind}"] = [len(rows), _sha(rows)]

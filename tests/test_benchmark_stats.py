@@ -43,3 +43,28 @@ def test_parse_seeds_takes_commas_and_spaces():
     assert parse_seeds(["5,6", "7"]) == [5, 6, 7]
     with pytest.raises(SystemExit):
         parse_seeds([""])
+
+
+def test_efficacy_figures_follow_the_versions_in_use():
+    from benchmarks.efficacy import figures, meets
+
+    def ev(acc, **cats):
+        return {"accuracy": acc, "accuracy_by_category": cats}
+
+    opponents = {"calc": ev(0.3, add=0.6, rev=0.0), "scribe": ev(0.4, add=0.0, rev=0.8)}
+    summary = {"iterations": [
+        {"iteration": 0, "eval": {"s@0": ev(0.2, add=0.1, rev=0.3)}, "opponents_eval": opponents},
+        {"iteration": 1, "eval": {"s@1": ev(0.5, add=0.5, rev=0.5)}, "opponents_eval": opponents,
+         "current": {"s": "s@1"}},
+        # s@2 fell (on eval) and was not promoted: s@1 stays in use, so no step down is counted
+        {"iteration": 2, "eval": {"s@2": ev(0.1, add=0.0, rev=0.2)}, "opponents_eval": opponents,
+         "current": {"s": "s@1"}},
+    ]}
+    f = figures(summary, "s")
+    assert f["accuracy"] == 0.5 and abs(f["overall"] - 0.1) < 1e-9  # best opponent overall: 0.4
+    assert abs(f["worst_category"] - 0.5 / 0.8) < 1e-9  # rev: 0.5 of scribe's 0.8
+    assert f["forgetting"] == 0.0 and f["worst_step"] == 0.0
+    assert meets("overall", f["overall"]) and not meets("worst_category", f["worst_category"])
+    summary["iterations"][2]["current"] = {"s": "s@2"}  # promoted after all
+    f = figures(summary, "s")
+    assert abs(f["worst_step"] - 0.4) < 1e-9 and abs(f["forgetting"] - 0.1) < 1e-9

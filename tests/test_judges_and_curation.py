@@ -37,6 +37,22 @@ def test_sft_from_target_losses_dpo_from_decisive_and_no_eval_leak():
     assert {e.prompt for e in with_wins.sft} == {"40+2=", "39+3="}
 
 
+def test_self_distillation_keeps_the_targets_good_ties_and_never_bad_ones():
+    battles = [
+        battle("1", "student@2", "calc", "42", "42", prompt="41+1="),   # both right: a good tie
+        battle("2", "calc", "student@2", "1", "2", prompt="40+1="),     # both wrong: tie (bothbad)
+        battle("3", "student@2", "calc", "42", "42", prompt="7*6="),    # eval prompt: never
+        battle("4", "calc", "student@2", "42", "42", prompt="41+1="),   # same prompt again: deduplicated
+        battle("5", "calc", "scribe", "42", "42", prompt="39+3="),      # no target in it
+    ]
+    judgments = {j.battle_id: j for j in VerifierJudge().judge(battles)}
+    assert [judgments[b].winner for b in "12"] == ["tie", "tie (bothbad)"]
+    assert not curate(battles, judgments, ["student"], {"7*6="}, CurateConfig()).sft
+    cur = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig(include_target_ties=True))
+    assert [(e.prompt, e.completion, e.source_model, e.target) for e in cur.sft] == [("41+1=", "42", "student@2", "student")]
+    assert not cur.dpo  # a tie is no preference
+
+
 def test_invalid_judgments_are_not_counted():
     battles = [battle("1", "student@0", "calc", "41", "42")]
     cur = curate(battles, {"1": Judgment("1", "llm", None, error="unparseable")}, ["student"], set(), CurateConfig())

@@ -11,19 +11,19 @@ import numpy as np
 from flywheel.allocation import Allocation, allocate
 from flywheel.records import versioned
 from flywheel.stages.context import Context, read_stage, stage
-from flywheel.stages.results import EvalResult, TrainResult
+from flywheel.stages.results import TrainResult
 
 
 @stage("allocate", Allocation)
 def allocate_compute(ctx: Context, k: int) -> Allocation:
-    """``allocate.signal``: validation accuracy gain, or validation loss drop, per unit of compute."""
+    """``allocate.signal``: validation accuracy gain, or validation loss drop, per unit of compute,
+    of the version each target kept after each iteration (a version not promoted gained nothing)."""
     progress: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
     compute: dict[str, list[float]] = {t: [] for t in ctx.roster.targets}
     for i in range(k + 1):
-        ev = read_stage(ctx.store, i, "evaluate", EvalResult)
         tr = read_stage(ctx.store, i, "train", TrainResult) if i > 0 else None
         for t in ctx.roster.targets:
-            version = ev.eval.get(versioned(t, i)) if ev else None
+            version = ctx.version_eval(ctx.current_version(t, i + 1))
             value = version.standing(ctx.cfg.allocate.signal) if version else None
             if value is not None:
                 progress[t].append(value)

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from flywheel.config import FlywheelConfig, dump_config, load_config
-from flywheel.records import Prompt, stable_id, versioned
+from flywheel.records import PlayerVersion, Prompt, stable_id, versioned
 from flywheel.selection import arm_of
+from flywheel.stages.results import EvalResult, PromoteResult, VersionEval
 from flywheel.store import RunStore, atomic_write_json, atomic_write_text
 from flywheel.world import Roster, world_pools
 from judges.base import PairwiseJudge
-
 
 
 class JsonRecord(Protocol):
@@ -80,8 +80,17 @@ class Context:
         return dict(sorted(cells.items()))
 
     def current_version(self, target: str, k: int) -> str:
-        """The version of ``target`` that plays in iteration ``k`` (trained in iteration k-1)."""
-        return versioned(target, k - 1)
+        """The version of ``target`` that plays (and is trained on) in iteration ``k``: the one
+        iteration k-1's promote stage kept; version k-1 in runs made before that stage."""
+        kept = read_stage(self.store, k - 1, "promote", PromoteResult) if k > 1 else None
+        decision = kept.targets.get(target) if kept else None
+        return decision.current if decision else versioned(target, max(k - 1, 0))
+
+    def version_eval(self, version: str) -> VersionEval | None:
+        """A target version's figures, from the evaluation of the iteration that made it."""
+        k = PlayerVersion.parse(version).k
+        done = read_stage(self.store, k, "evaluate", EvalResult) if k is not None else None
+        return done.eval.get(version) if done else None
 
     def release_players(self) -> None:
         """Close every loaded player (after versions change on disk, or GPU shares do)."""

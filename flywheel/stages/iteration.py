@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from flywheel.allocation import Allocation
-from flywheel.stages import allocate, battle, curate, evaluate, judge, merge, rate, select, train
+from flywheel.stages import allocate, battle, curate, evaluate, judge, merge, promote, rate, select, train
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import IterationSummary
 from flywheel.stages.summary import completed_iterations, record_iteration
@@ -48,7 +48,7 @@ def run_baseline(ctx: Context, runner: Runner = InProcess()) -> IterationSummary
 
 def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> IterationSummary:
     """select -> battle -> judge per round, then rate -> curate -> train -> merge -> evaluate ->
-    allocate; every stage skips itself when its result is on disk (resume)."""
+    promote -> allocate; every stage skips itself when its result is on disk (resume)."""
     t0 = time.perf_counter()
     plan = read_stage(ctx.store, k - 1, "allocate", Allocation)
     if plan is None:
@@ -70,6 +70,7 @@ def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> Iterati
     runner.stage("merge", merge.merge_targets, ctx, k)
     ctx.release_players()
     runner.stage("evaluate", evaluate.evaluate_versions, ctx, k)
+    runner.stage("promote", promote.promote_versions, ctx, k)
     _allocate(ctx, k, runner)
     return record_iteration(ctx, k, time.perf_counter() - t0)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from flywheel import merging
 from flywheel.records import versioned
-from flywheel.stages.context import Context, read_stage, stage
-from flywheel.stages.results import EvalResult, MergeGroup, MergeResult
+from flywheel.stages.context import Context, stage
+from flywheel.stages.results import MergeGroup, MergeResult, VersionEval
 from flywheel.stages.train import serve_adapter
 
 
@@ -24,10 +24,9 @@ def merge_targets(ctx: Context, k: int) -> MergeResult:
         if not sources[t].exists():
             sources[t].parent.mkdir(parents=True, exist_ok=True)
             outputs[t].rename(sources[t])
-    before = read_stage(ctx.store, k - 1, "evaluate", EvalResult)
     report = []
     for group in merging.groups(sources):
-        acc = {t: _standing(before, ctx.current_version(t, k)) for t in group}
+        acc = {t: _standing(ctx.version_eval(ctx.current_version(t, k))) for t in group}
         weights = merging.performance_weights(acc, a.merge_temperature)
         merging.merge_group({t: sources[t] for t in group}, weights, a.merge_strength, {t: outputs[t] for t in group})
         report.append(MergeGroup(group, {t: round(w, 6) for t, w in weights.items()}, acc))
@@ -37,6 +36,5 @@ def merge_targets(ctx: Context, k: int) -> MergeResult:
     return MergeResult(report, a.merge_strength)
 
 
-def _standing(before: EvalResult | None, version: str) -> float:
-    ev = before.eval.get(version) if before else None
+def _standing(ev: VersionEval | None) -> float:
     return (ev.standing("accuracy") if ev else None) or 0.0

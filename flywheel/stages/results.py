@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from flywheel.allocation import Allocation
 
@@ -92,18 +92,27 @@ class TargetTraining(StageRecord):
     served_as: str | None = None
 
 
-@dataclass(frozen=True)
-class TrainResult(StageRecord):
-    """Per target (stored as ``{target: TargetTraining}``)."""
+class PerTarget(StageRecord):
+    """A stage result with one record per target, stored as ``{target: record}``; a subclass
+    is a dataclass with the field ``targets`` and names its record type in ``item``."""
 
-    targets: dict[str, TargetTraining]
+    item: ClassVar[type[StageRecord]]
+    targets: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
         return {t: r.to_json() for t, r in self.targets.items()}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TrainResult:
-        return cls({t: TargetTraining.from_json(r) for t, r in data.items()})
+    def from_json(cls: type[R], data: dict[str, Any]) -> R:
+        return cls({t: cls.item.from_json(r) for t, r in data.items()})  # type: ignore[attr-defined,call-arg]
+
+
+@dataclass(frozen=True)
+class TrainResult(PerTarget):
+    """Per target (stored as ``{target: TargetTraining}``)."""
+
+    item = TargetTraining
+    targets: dict[str, TargetTraining]
 
     def steps(self, target: str) -> int:
         r = self.targets.get(target)
@@ -184,6 +193,31 @@ class EvalResult(StageRecord):
 
 
 @dataclass(frozen=True)
+class Promotion(StageRecord):
+    """Whether a target's new version replaced its current one, and on what validation figures
+    (accuracy; win-or-draw rate in a games world). ``current`` plays and trains next."""
+
+    candidate: str
+    incumbent: str
+    promoted: bool
+    rule: str
+    candidate_validation: float | None = None
+    incumbent_validation: float | None = None
+
+    @property
+    def current(self) -> str:
+        return self.candidate if self.promoted else self.incumbent
+
+
+@dataclass(frozen=True)
+class PromoteResult(PerTarget):
+    """Per target (stored as ``{target: Promotion}``)."""
+
+    item = Promotion
+    targets: dict[str, Promotion]
+
+
+@dataclass(frozen=True)
 class IterationSummary(StageRecord):
     """One entry of summary.json: what iteration ``k`` did and what it reached."""
 
@@ -202,6 +236,9 @@ class IterationSummary(StageRecord):
     judge: dict[str, Any]
     bandit: dict[str, list[dict[str, Any]]]
     wall_s: float
+    # per target: the version in use after this iteration, and the promote stage's decision
+    current: dict[str, str] = field(default_factory=dict)
+    promotion: PromoteResult | None = optional()
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
@@ -213,5 +250,5 @@ class IterationSummary(StageRecord):
 STAGE_RESULTS: dict[str, type] = {
     "select": SelectResult, "battle": BattleResult, "judge": JudgeResult, "rate": RateResult,
     "curate": CurateResult, "train": TrainResult, "merge": MergeResult, "evaluate": EvalResult,
-    "allocate": Allocation,
+    "promote": PromoteResult, "allocate": Allocation,
 }

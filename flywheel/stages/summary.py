@@ -8,7 +8,7 @@ from typing import Any
 from flywheel.allocation import Allocation
 from flywheel.records import PlayerVersion
 from flywheel.stages.context import Context, read_stage
-from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, TrainResult
+from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
 from flywheel.stages.select import count_arms, load_selector
 from flywheel.store import RunStore, atomic_write_json, read_json
 
@@ -38,6 +38,8 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
         judge=judge_report(ctx, k),
         bandit=bandit_report(ctx, k) if k > 0 else {},
         wall_s=round(wall_s, 2),
+        current={t: ctx.current_version(t, k + 1) for t in ctx.roster.targets},
+        promotion=read_stage(store, k, "promote", PromoteResult),
     )
     data = read_json(store.summary_path) or {"run_id": ctx.cfg.run.name, "targets": ctx.roster.targets, "iterations": []}
     data["iterations"] = [e for e in data["iterations"] if e["iteration"] != k] + [entry.to_json()]

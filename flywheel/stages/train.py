@@ -7,7 +7,7 @@ import logging
 
 from flywheel.allocation import Allocation
 from flywheel.players.base import ServesAdapters
-from flywheel.records import versioned
+from flywheel.records import PlayerVersion, versioned
 from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TargetTraining, TrainResult
 from flywheel.training import is_main_process, train_version
@@ -31,7 +31,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     pc = ctx.roster.config(t)
     tc = ctx.cfg.train if pc.learning_rate is None else ctx.cfg.train.model_copy(update={"learning_rate": pc.learning_rate})
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
-        previous = ctx.store.model_dir(ctx.current_version(t, k)) if k > 1 else None
+        current = ctx.current_version(t, k)
+        previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
         res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
         if ctx.cfg.allocate.sharing != "federated":  # federated: served once merged
