@@ -190,7 +190,8 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
     lost2 = battle(EMPTY_TTT, "1 3 2", "5 9", "minimax", "student@0", "m")  # minimax wins; the target lost
     draw = battle(EMPTY_TTT, "1 2 6 7 9", "5 3 4 8", "student@0", "random", "d")
     js = {j.battle_id: j for j in GameJudge().judge([won, lost, lost2, draw])}
-    cur = curate_games([won, lost, lost2, draw], js, ["student"], set(), CurateConfig(), "terse")
+    cur = curate_games([won, lost, lost2, draw], js, ["student"], set(), CurateConfig(include_target_wins=False),
+                       "terse")
     assert cur.dropped["undecided"] == 1
     # Arena Learning's rule: the winner's moves where the target lost (minimax's, here)
     assert [(r.completion, r.source_model, r.target) for r in cur.sft] == [("1", "minimax", "student"),

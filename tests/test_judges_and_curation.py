@@ -4,6 +4,10 @@ from flywheel.records import Battle, Judgment
 from judges.verifier import VerifierJudge
 
 
+# Arena Learning's rule alone: what beat the target (the default also self-distils)
+ARENA_ONLY = CurateConfig(include_target_wins=False, include_target_ties=False)
+
+
 def battle(bid, a, b, ra, rb, ref="42", prompt="40+2=", error=None):
     return Battle(bid, 1, "train", "p" + bid, prompt, "add", 1, ref, a, b, ra, rb, error)
 
@@ -29,11 +33,11 @@ def test_sft_from_target_losses_dpo_from_decisive_and_no_eval_leak():
         battle("5", "student@0", "calc", "0", "42", prompt="6*7=", error="calc: timeout"),
     ]
     judgments = {j.battle_id: j for j in VerifierJudge().judge([b for b in battles if b.ok])}
-    cur = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig())
+    cur = curate(battles, judgments, ["student"], {"7*6="}, ARENA_ONLY)
     assert [(e.prompt, e.completion, e.source_model, e.target) for e in cur.sft] == [("40+2=", "42", "calc", "student")]
     assert [(d.prompt, d.chosen, d.rejected) for d in cur.dpo] == [("40+2=", "42", "41"), ("39+3=", "42", "43")]
     assert cur.dropped["contaminated"] == 1 and cur.dropped["failed"] == 1 and cur.dropped["undecided"] == 1
-    with_wins = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig(include_target_wins=True))
+    with_wins = curate(battles, judgments, ["student"], {"7*6="}, ARENA_ONLY.model_copy(update={"include_target_wins": True}))
     assert {e.prompt for e in with_wins.sft} == {"40+2=", "39+3="}
 
 
@@ -47,8 +51,8 @@ def test_self_distillation_keeps_the_targets_good_ties_and_never_bad_ones():
     ]
     judgments = {j.battle_id: j for j in VerifierJudge().judge(battles)}
     assert [judgments[b].winner for b in "12"] == ["tie", "tie (bothbad)"]
-    assert not curate(battles, judgments, ["student"], {"7*6="}, CurateConfig()).sft
-    cur = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig(include_target_ties=True))
+    assert not curate(battles, judgments, ["student"], {"7*6="}, ARENA_ONLY).sft
+    cur = curate(battles, judgments, ["student"], {"7*6="}, CurateConfig())  # the default: ties kept
     assert [(e.prompt, e.completion, e.source_model, e.target) for e in cur.sft] == [("41+1=", "42", "student@2", "student")]
     assert not cur.dpo  # a tie is no preference
 
