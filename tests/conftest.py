@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -78,11 +83,83 @@ def tiny_config(tiny_models_dir, tmp_path):
     return make
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_prefect_server(home: Path, env: dict[str, str], timeout_s: float = 180) -> tuple[subprocess.Popen, str]:
+    """``prefect server start`` on a free port of 127.0.0.1 (its own process group; its log in
+    ``home/server.log``); returns (the process, the API URL) once /health answers. Raises if it
+    does not come up within ``timeout_s``."""
+    import httpx
+
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**env, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    prefect = str(Path(sys.executable).parent / "prefect")
+    log = (home / "server.log").open("w")
+    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                return server, api
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            stop(server)
+            raise AssertionError((home / "server.log").read_text()[-2000:])
+        time.sleep(0.5)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a process and everything it started (its own session), and check they are gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            continue
+        time.sleep(0.5)
+    proc.wait(timeout=15)
+    for _ in range(30):  # children die soon after their group is signalled
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"processes of group {proc.pid} are still running")
+
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """One Prefect server for every ``flywheel`` subprocess of the session: without it each one
+    starts (and stops) a temporary server of its own, ~10 s a run here. None where it does not
+    come up: the runs then start their own, as a user's would."""
+    try:
+        server, api = start_prefect_server(tmp_path_factory.mktemp("prefect-server"), dict(os.environ), 120)
+    except AssertionError:
+        yield None
+        return
+    yield api
+    stop(server)
+
+
 @pytest.fixture
-def cli_env(tmp_path) -> dict[str, str]:
-    """Environment for running the ``flywheel`` command in a subprocess, isolated and offline."""
+def cli_env(tmp_path, prefect_api) -> dict[str, str]:
+    """Environment for running the ``flywheel`` command in a subprocess, isolated and offline,
+    talking to the session's Prefect server."""
     env = dict(os.environ)
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
     env.setdefault("HF_HOME", str(tmp_path / "hf"))
     env.pop("PREFECT_API_URL", None)
+    if prefect_api is not None:
+        env["PREFECT_API_URL"] = prefect_api
     return env

@@ -91,15 +91,18 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
                "--set", "opponents.1={name: claude, kind: anthropic, model: c}"],
               "error: opponents.0 (gpt): environment variable FLYWHEEL_UNSET_KEY (api_key_env) is not set\n"
               "error: opponents.1 (claude): environment variable ANTHROPIC_API_KEY (api_key_env) is not set")]
+    from typer.testing import CliRunner
+
+    from flywheel.cli import app
+
     cli_env = {k: v for k, v in cli_env.items() if k not in ("FLYWHEEL_UNSET_KEY", "ANTHROPIC_API_KEY")}
+    unset = {"FLYWHEEL_UNSET_KEY": None, "ANTHROPIC_API_KEY": None}
     for args, line in cases:
         p = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *common, *args], capture_output=True,
                            text=True, env=cli_env)
         assert p.returncode == 2 and p.stderr.strip() == line, p.stderr
         assert not runs.exists()
-        check = subprocess.run([sys.executable, "-m", "flywheel.cli", "check", *common, *args], capture_output=True,
-                               text=True, env=cli_env)
-        assert check.returncode == 2 and check.stderr.strip() == line  # `flywheel check` finds the same
-    ok = subprocess.run([sys.executable, "-m", "flywheel.cli", "check", *common], capture_output=True, text=True,
-                        env=cli_env)
-    assert ok.returncode == 0 and ok.stdout.startswith("ok: ")
+        check = CliRunner().invoke(app, ["check", *common, *args], env=unset)  # in-process: the same checks
+        assert check.exit_code == 2 and check.stderr.strip() == line, check.output
+    ok = CliRunner().invoke(app, ["check", *common], env=unset)
+    assert ok.exit_code == 0 and ok.stdout.startswith("ok: ")

@@ -3,14 +3,10 @@ serving the deployment, scheduled runs that complete and each add one iteration 
 the run lock that keeps overlapping triggers from corrupting a run directory."""
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -19,57 +15,16 @@ import yaml
 from flywheel.config import FlywheelConfig
 from flywheel.stages.context import open_run
 from flywheel.store import RunLockedError, RunStore
-from tests.conftest import tiny_tree
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Stop a process and everything it started (its own session), and check they are gone."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            continue
-        time.sleep(0.5)
-    proc.wait(timeout=15)
-    for _ in range(30):  # children die soon after their group is signalled
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"processes of group {proc.pid} are still running")
+from tests.conftest import start_prefect_server, stop, tiny_tree
 
 
 def test_an_interval_schedule_served_on_a_real_server_runs_the_flywheel(tiny_models_dir, tmp_path, cli_env):
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {**cli_env, "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "false"}
-    prefect = str(Path(sys.executable).parent / "prefect")
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                              env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # its own server: the flow runs it lists must be this test's only
+    (tmp_path / "server").mkdir()
+    server, api = start_prefect_server(tmp_path / "server", cli_env)
+    env = {**cli_env, "PREFECT_API_URL": api, "PREFECT_UI_ENABLED": "false"}
     serve = None
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            time.sleep(1)
         tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="nightly", run__iterations=5, rating__bootstrap_rounds=5)
         path = tmp_path / "nightly.yaml"
         path.write_text(yaml.safe_dump(tree))
