@@ -25,8 +25,9 @@ class Curated:
 def curate(
     battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], eval_texts: set[str], cfg: CurateConfig
 ) -> Curated:
-    """SFT: the winner's response wherever a target lost (and, optionally, the target's own wins).
-    DPO: (winner, loser) from every decisive battle with a target in it. Eval prompts never pass."""
+    """SFT: the winner's response wherever a target lost (and, optionally, the target's own wins and
+    its answers in ties where both were good). DPO: (winner, loser) from every decisive battle with
+    a target in it. Eval prompts never pass."""
     sft: list[SFTExample] = []
     dpo: list[DPOPair] = []
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "weak": 0, "contaminated": 0, "too_long": 0,
@@ -36,12 +37,12 @@ def curate(
     target_set = set(targets)
     for b in battles:
         if cfg.include_target_ties and _good_tie(b, judgments.get(b.battle_id)):
-            mine = [(m, r) for m, r in ((b.model_a, b.response_a), (b.model_b, b.response_b)) if base_name(m) in target_set]
-            if mine and b.prompt not in eval_texts and " ".join(b.prompt.split()) not in eval_texts:
-                model, text = mine[0]
+            seats = ((b.model_a, b.response_a), (b.model_b, b.response_b))
+            mine = next(((m, r) for m, r in seats if base_name(m) in target_set), None)
+            if mine is not None and _unfit(b.prompt, mine[1], cfg, eval_texts) is None:
+                model, text = mine
                 key = (base_name(model), b.prompt)
-                if cfg.min_completion_chars <= len(text.strip()) and len(text) <= cfg.max_completion_chars \
-                        and not (cfg.dedup and key in seen_sft):
+                if not (cfg.dedup and key in seen_sft):
                     seen_sft.add(key)
                     sft.append(SFTExample(b.prompt, text, b.prompt_id, b.category, model, b.battle_id, b.iteration, key[0]))
         j = decisive(b, judgments.get(b.battle_id), dropped)
@@ -50,19 +51,14 @@ def curate(
         if j.margin < cfg.min_margin:
             dropped["weak"] += 1
             continue
-        if b.prompt in eval_texts or " ".join(b.prompt.split()) in eval_texts:
-            dropped["contaminated"] += 1
-            continue
         win_model, win_text, lose_model, lose_text = (
             (b.model_a, b.response_a, b.model_b, b.response_b)
             if j.winner == "model_a"
             else (b.model_b, b.response_b, b.model_a, b.response_a)
         )
-        if len(win_text) > cfg.max_completion_chars:
-            dropped["too_long"] += 1
-            continue
-        if len(win_text.strip()) < cfg.min_completion_chars:
-            dropped["too_short"] += 1
+        why = _unfit(b.prompt, win_text, cfg, eval_texts)
+        if why is not None:
+            dropped[why] += 1
             continue
         target_lost = base_name(lose_model) in target_set
         target_won = base_name(win_model) in target_set
@@ -77,6 +73,18 @@ def curate(
             seen_dpo.add((target, b.prompt))
             dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
     return Curated(sft, dpo, dropped)
+
+
+def _unfit(prompt: str, text: str, cfg: CurateConfig, eval_texts: set[str]) -> str | None:
+    """Why ``text`` answering ``prompt`` may not become training data (an eval prompt, also up to
+    whitespace; too long; too short), or None."""
+    if prompt in eval_texts or " ".join(prompt.split()) in eval_texts:
+        return "contaminated"
+    if len(text) > cfg.max_completion_chars:
+        return "too_long"
+    if len(text.strip()) < cfg.min_completion_chars:
+        return "too_short"
+    return None
 
 
 def _good_tie(b: Battle, j: Judgment | None) -> bool:

@@ -102,7 +102,8 @@ def test_a_worse_version_is_not_promoted_and_the_current_one_keeps_playing(ruine
     plan = ctx.store.plan(2)
     assert plan and all("gen@0" in (s.model_a, s.model_b) for s in plan)
     assert "from `gen@0`" in (ctx.store.model_dir("gen@2") / "README.md").read_text()
-    # the allocation saw no progress: the kept version's figures, not the ruined ones
+    # the allocation saw no progress: the kept version's figures (ruined ones would be a fall)
+    assert [e["allocation"]["learning_rates"]["gen"] for e in (first, second)] == [0.0, 0.0]
     text = reports.progress_table(summary)
     assert text.count("not promoted: gen@0 stays") == 2 and text.endswith("in use: gen@0")
     rows, _ = reports.category_rows(summary)
