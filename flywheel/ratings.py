@@ -5,12 +5,15 @@ log is aggregated once into cell counts, so the fit and every bootstrap round co
 whatever the number of battles, and all bootstrap rounds are fitted together:
 
 - ``canonical_names``: model names, checked for spellings that differ only by case or spaces.
-- ``encode``: battle rows -> model index arrays and outcomes (1 = A won, 0 = B won, 0.5 = tie).
-- ``cell_counts``: the distinct (a, b, outcome) cells and how often each occurs.
+- ``encode``: battle columns (lists, arrays, pandas columns) -> model index arrays and outcomes
+  (1 = A won, 0 = B won, 0.5 = tie).
+- ``cell_counts``: the distinct (pair, outcome) cells and how often each occurs; A vs B and
+  B vs A (verdict flipped) are one cell.
 - ``points_matrix``: cells -> ``W[..., i, j]``, the points model i scored against model j
   (a tie gives half a point to each side, as Chatbot Arena counts it).
 - ``fit_bt``: maximum likelihood log-strengths for one or many ``W`` at once (batched Newton).
-- ``bootstrap``: resampling battles with replacement is a multinomial draw over the cells.
+- ``bootstrap``: resampling battles with replacement is a multinomial draw over the cells; the
+  rounds are drawn and fitted in seeded chunks on threads, warm-started from the point fit.
 - ``rate``: all of the above -> a ``RatingReport`` (typed rows, matrices, warnings).
 
 Scale: ``rating = init + scale * log_base(strength)``; base 10, scale 400, init 1000 by default.
@@ -29,6 +32,7 @@ classic fit (infinite ratings where the MLE does not exist are clipped, not mean
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -104,24 +108,50 @@ def canonical_names(names: Sequence[str], fold: bool = False) -> dict[str, str]:
     return out
 
 
+def _factorize(values, what: str) -> tuple[np.ndarray, list]:
+    """(codes int64[N], distinct values) of one column, in C (pandas): arrow-backed columns (pandas'
+    default strings) stay arrow; lists become object arrays. A missing value is an error."""
+    import pandas as pd
+
+    if not isinstance(values, (pd.Series, pd.Index, pd.api.extensions.ExtensionArray, np.ndarray)):
+        values = np.asarray(values, dtype=object)
+    codes, uniques = pd.factorize(values)
+    if len(codes) and codes.min() < 0:
+        raise ValueError(f"row {int(np.argmax(codes < 0)) + 1}: {what} is missing")
+    return codes.astype(np.int64, copy=False), list(uniques)
+
+
 def encode(
     model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], fold_names: bool = False
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Battle columns -> (models, a_idx int64[N], b_idx int64[N], outcome float64[N]).
 
-    Names are factorized in C (pandas), so only the distinct spellings are handled in Python."""
-    import pandas as pd
+    Each column is factorized in C, so only its distinct spellings are handled in Python."""
+    columns = {"model_a": model_a, "model_b": model_b, "winner": winner}
+    if len({len(c) for c in columns.values()}) > 1:
+        raise ValueError("columns differ in length: " + ", ".join(f"{k} {len(c)}" for k, c in columns.items()))
+    if all(getattr(c, "dtype", object) != object for c in columns.values()):
+        # Arrow-backed columns (pandas' default strings) are factorized without the GIL: in parallel.
+        from concurrent.futures import ThreadPoolExecutor
 
-    n = len(model_a)
-    codes, spellings = pd.factorize(np.concatenate([np.asarray(model_a, dtype=object), np.asarray(model_b, dtype=object)]))
-    counts = np.bincount(codes, minlength=len(spellings))
-    # Only distinct spellings are checked; folding keeps the most frequent spelling of a name.
-    canon = _fold_by_count(list(spellings), counts) if fold_names else canonical_names(list(spellings))
+        with ThreadPoolExecutor(3) as pool:
+            done = dict(zip(columns, pool.map(_factorize, columns.values(), columns)))
+    else:
+        done = {name: _factorize(col, name) for name, col in columns.items()}
+    (codes_a, spell_a), (codes_b, spell_b), (w_codes, w_values) = done.values()
+    spellings = list(dict.fromkeys(spell_a + spell_b))
+    if fold_names:
+        count = dict.fromkeys(spellings, 0)
+        for codes, spell in ((codes_a, spell_a), (codes_b, spell_b)):
+            for name, c in zip(spell, np.bincount(codes, minlength=len(spell)).tolist()):
+                count[name] += c
+        canon = _fold_by_count(spellings, np.array([count[n] for n in spellings]))
+    else:
+        canon = canonical_names(spellings)  # only distinct spellings are checked
     models = sorted(set(canon.values()))
     index = {m: i for i, m in enumerate(models)}
-    remap = np.array([index[canon[name]] for name in spellings], dtype=np.int64)
-    a, b = remap[codes[:n]], remap[codes[n:]]
-    w_codes, w_values = pd.factorize(np.asarray(winner, dtype=object))
+    a = np.array([index[canon[n]] for n in spell_a], dtype=np.int64)[codes_a]
+    b = np.array([index[canon[n]] for n in spell_b], dtype=np.int64)[codes_b]
     unknown = [w for w in w_values if w not in OUTCOME]
     if unknown:
         raise ValueError(f"unknown winner {unknown[0]!r}; expected one of {list(OUTCOME)}")
@@ -145,10 +175,31 @@ def _fold_by_count(spellings: list[str], counts: np.ndarray) -> dict[str, str]:
 
 
 def cell_counts(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct cells ``(a * k + b) * 3 + outcome_code`` (int64[M]) and their counts (int64[M])."""
-    code = np.rint(y * 2).astype(np.int64)  # 0 = B won, 1 = tie, 2 = A won
-    cells, counts = np.unique((a * k + b) * 3 + code, return_counts=True)
-    return cells, counts
+    """Distinct cells ``(i * k + j) * 3 + outcome_code`` (int64[M]) and their counts (int64[M]).
+
+    A battle is stored with its lower model index first (i < j; code 2 = i won, 1 = tie, 0 = j
+    won), so B vs A and A vs B share a cell: the points matrix, and a multinomial resample of it
+    (the marginal of one over ordered cells), are exactly those of the ordered log."""
+    size = k * k * 3
+    dtype = np.int32 if size < 2**31 else np.int64  # half the memory traffic of int64 where it fits
+    a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    code = np.rint(y * 2).astype(dtype)
+    code = np.where(a > b, 2 - code, code)
+    key = (np.minimum(a, b) * k + np.maximum(a, b)) * 3 + code
+    if size <= max(4 * len(key), 1 << 16):  # dense: one pass, no sort
+        counts = np.bincount(key, minlength=size)
+        cells = np.flatnonzero(counts)
+        return cells, counts[cells]
+    cells, counts = np.unique(key, return_counts=True)
+    return cells.astype(np.int64), counts
+
+
+def results(k: int, cells: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(wins, losses, ties), int64[K] each, from the cells."""
+    pair, code = cells // 3, cells % 3
+    i, j = pair // k, pair % k
+    tally = lambda idx, c: np.bincount(idx[code == c], counts[code == c], minlength=k).astype(np.int64)  # noqa: E731
+    return tally(i, 2) + tally(j, 0), tally(i, 0) + tally(j, 2), tally(i, 1) + tally(j, 1)
 
 
 def points_matrix(k: int, cells: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -174,7 +225,10 @@ def _closure(adjacent: np.ndarray) -> np.ndarray:
     k = adjacent.shape[-1]
     reach = adjacent | np.eye(k, dtype=bool)
     for _ in range(max(1, math.ceil(math.log2(max(k, 2))))):
-        reach = (reach.astype(np.float32) @ reach.astype(np.float32)) > 0
+        longer = (reach.astype(np.float32) @ reach.astype(np.float32)) > 0
+        if np.array_equal(longer, reach):  # closed: paths no longer reach further
+            break
+        reach = longer
     return reach
 
 
@@ -187,8 +241,16 @@ def same_group(w: np.ndarray) -> np.ndarray:
 def mle_exists(w: np.ndarray) -> np.ndarray:
     """bool[...] for ``W[..., K, K]``: whether the maximum-likelihood fit is finite, i.e. within
     every connected group each model reaches every other through points scored (Zermelo's
-    condition)."""
-    return np.all(_closure(np.asarray(w) > 0) == same_group(w), axis=(-2, -1))
+    condition). Where every pair that met scored both ways (the usual case) it holds at once;
+    only the other fits pay for the transitive closure."""
+    w = np.asarray(w)
+    k = w.shape[-1]
+    pos = (w > 0).reshape(-1, k, k)
+    out = np.all(pos == np.swapaxes(pos, 1, 2), axis=(1, 2))
+    if not np.all(out):
+        rest = ~out
+        out[rest] = np.all(_closure(pos[rest]) == same_group(w.reshape(-1, k, k)[rest]), axis=(1, 2))
+    return out.reshape(w.shape[:-2])
 
 
 def resolve_prior(w: np.ndarray, prior: float | None) -> np.ndarray:
@@ -199,14 +261,17 @@ def resolve_prior(w: np.ndarray, prior: float | None) -> np.ndarray:
     return np.where(mle_exists(w), 0.0, PRIOR)
 
 
-def fit_bt(w: np.ndarray, prior: float | np.ndarray | None = None, max_iter: int = 100, tol: float = 1e-9
-           ) -> np.ndarray:
+def fit_bt(w: np.ndarray, prior: float | np.ndarray | None = None, max_iter: int = 100, tol: float = 1e-5,
+           start: np.ndarray | None = None) -> np.ndarray:
     """Maximum a posteriori log-strengths (natural log) for ``W[..., K, K]``.
 
     Batched Newton steps on a concave objective: the Bradley-Terry log-likelihood plus ``prior``
     virtual ties of each model against a reference at 0 (a number, one per fit, or None: see
     ``resolve_prior``). Steps are clipped, so models that never lose (or never win) move steadily
-    instead of overshooting. Not centred: see ``center``.
+    instead of overshooting. The fit stops after a step no larger than ``tol`` (natural-log units):
+    Newton converges quadratically, so what remains is about ``tol ** 2`` (1e-10 by default; a
+    rating is rounded to 0.01 Elo, 6e-5 here). ``start`` (float[K], e.g. the point fit for
+    bootstrap rounds) is where every fit begins; zeros by default. Not centred: see ``center``.
     """
     w = np.asarray(w, dtype=np.float64)
     lead, k = w.shape[:-2], w.shape[-1]
@@ -216,7 +281,7 @@ def fit_bt(w: np.ndarray, prior: float | np.ndarray | None = None, max_iter: int
     w = w.reshape((-1, k, k))
     n = w + np.swapaxes(w, 1, 2)
     wins = w.sum(axis=2)
-    theta = np.zeros(w.shape[:2])
+    theta = np.zeros(w.shape[:2]) if start is None else np.repeat(np.asarray(start, np.float64)[None], len(w), 0)
     eye = np.eye(k)
     # Without a prior the likelihood is flat along each group's common shift: a rank-one term per
     # group makes the Newton system regular without changing the fit (the shift is centred away).
@@ -272,18 +337,37 @@ def to_elo(theta: np.ndarray, scale: float = 400.0, base: float = 10.0, init: fl
     return init + scale * theta / math.log(base)
 
 
+BOOT_CHUNKS = 8  # bootstrap rounds are drawn and fitted in this many seeded chunks, on threads
+
+
 def bootstrap(
-    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float | None = None
+    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float | None = None,
+    start: np.ndarray | None = None,
 ) -> np.ndarray:
     """Log-strengths of ``rounds`` bootstrap resamples of the battles, float64[rounds, K].
 
-    Drawing N battles with replacement from the log is a multinomial draw over its cells."""
+    Drawing N battles with replacement from the log is a multinomial draw over its cells. The
+    rounds are split into ``BOOT_CHUNKS`` chunks with their own seeds (spawned from ``seed``),
+    drawn and fitted on a thread per core (numpy releases the GIL there); the result does not
+    depend on the number of cores."""
     if rounds <= 0:
         return np.zeros((0, k))
-    rng = np.random.default_rng(seed)
     total = int(counts.sum())
-    draws = rng.multinomial(total, counts / total, size=rounds)
-    return fit_bt(points_matrix(k, cells, draws), prior=prior)
+    pvals = counts / total
+    sizes = [len(c) for c in np.array_split(np.arange(rounds), min(rounds, BOOT_CHUNKS))]
+    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
+
+    def chunk(i: int) -> np.ndarray:
+        draws = np.random.default_rng(seeds[i]).multinomial(total, pvals, size=sizes[i])
+        return fit_bt(points_matrix(k, cells, draws), prior=prior, start=start)
+
+    workers = min(len(sizes), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    if workers <= 1:
+        return np.concatenate([chunk(i) for i in range(len(sizes))])
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return np.concatenate(list(pool.map(chunk, range(len(sizes)))))
 
 
 def online_elo(
@@ -332,16 +416,17 @@ def rate(
         if anchor[0] not in models:
             raise ValueError(f"anchor model {anchor[0]!r} has no battles in this log")
         anchor_ix = (models.index(anchor[0]), (anchor[1] - init) * math.log(base) / scale)
-    point = to_elo(center(fit_bt(w, prior), label, anchor_ix), scale, base, init)
+    theta = fit_bt(w, prior)
+    point = to_elo(center(theta, label, anchor_ix), scale, base, init)
     if rounds > 0:
-        boots = to_elo(center(bootstrap(k, cells, counts, rounds, seed, prior), label, anchor_ix), scale, base, init)
+        boots = to_elo(center(bootstrap(k, cells, counts, rounds, seed, prior, start=theta), label, anchor_ix),
+                       scale, base, init)
         lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
         upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
     else:
         lower, upper = point.copy(), point.copy()
-    battles = n.sum(axis=1).astype(int)
-    wins = (np.bincount(a, weights=y == 1.0, minlength=k) + np.bincount(b, weights=y == 0.0, minlength=k)).astype(int)
-    ties = (np.bincount(a, weights=y == 0.5, minlength=k) + np.bincount(b, weights=y == 0.5, minlength=k)).astype(int)
+    wins, losses, ties = results(k, cells, counts)
+    battles = wins + losses + ties
     n_groups = int(label.max()) + 1
     warnings = []
     if n_groups > 1:
@@ -350,12 +435,12 @@ def rate(
     rows = []
     for i, m in enumerate(models):
         same = label == label[i]
-        losses = int(battles[i] - wins[i] - ties[i])
-        note = "never lost" if losses == 0 and wins[i] > 0 else "never won" if wins[i] == 0 and losses > 0 else ""
+        note = ("never lost" if losses[i] == 0 and wins[i] > 0 else
+                "never won" if wins[i] == 0 and losses[i] > 0 else "")
         rows.append(Rating(
             model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
             upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
-            battles=int(battles[i]), wins=int(wins[i]), losses=losses, ties=int(ties[i]),
+            battles=int(battles[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
             group=int(label[i]) + 1, note=note,
         ))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -195,3 +195,33 @@ def test_consistency_report():
     assert same["missing_from_reference"] == []
     with pytest.raises(ValueError, match="fewer than 2"):
         consistency(ratings, {"x": 1})
+
+
+def test_same_report_from_dataframe_columns_swapped_sides_and_any_core_count(monkeypatch):
+    import os
+
+    import pandas as pd
+
+    from flywheel import ratings
+
+    a, b, w = simulate({"x": 1200, "y": 1100, "z": 1000, "u": 950}, 5000, seed=2)
+    base = rate(a, b, w, rounds=40, seed=3)
+    df = pd.DataFrame({"model_a": a, "model_b": b, "winner": w})  # pandas' default (arrow) strings
+    assert rate(df["model_a"], df["model_b"], df["winner"], rounds=40, seed=3) == base
+    # B vs A with the verdict flipped is the same battle: same cells, same resamples, same report.
+    flip = {"model_a": "model_b", "model_b": "model_a"}
+    assert rate(b, a, [flip.get(x, x) for x in w], rounds=40, seed=3) == base
+    # Bootstrap chunks have their own seeds, so one core gives what several give.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert rate(a, b, w, rounds=40, seed=3) == base
+    assert ratings.BOOT_CHUNKS > 1
+
+
+def test_a_missing_name_or_winner_names_its_row_and_lengths_must_agree():
+    with pytest.raises(ValueError, match="row 2: model_b is missing"):
+        rate(["a", "a"], ["b", None], ["model_a", "tie"])
+    with pytest.raises(ValueError, match="row 1: winner is missing"):
+        rate(["a"], ["b"], [None])
+    with pytest.raises(ValueError, match="columns differ in length"):
+        rate(["a", "b"], ["b"], ["tie"])
