@@ -114,13 +114,16 @@ def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: 
 MADE_WITH = "flywheel-model.json"
 
 
+PLAY_ONLY = {"max_illegal"}  # games settings that pre-training does not read
+
+
 def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
     """What a pre-trained model depends on: the task suite (its splits), the model's spec, the
     batch size and the seed. Stored with the model as ``flywheel-model.json``."""
     made = {"tasks": world.tasks.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
             "batch_size": world.batch_size, "seed": seed}
     if world.kind == "games":  # (kept out otherwise: task models keep their fingerprints)
-        made = {"games": world.games.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
+        made = {"games": world.games.model_dump(mode="json", exclude=PLAY_ONLY), "model": spec.model_dump(mode="json"),
                 "batch_size": world.batch_size, "seed": seed}
     return {"kind": "tiny", "fingerprint": stable_id(json.dumps(made, sort_keys=True)), "made_with": made}
 

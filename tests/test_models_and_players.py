@@ -58,6 +58,16 @@ def test_a_model_remembers_its_suite_and_is_rebuilt_when_it_changed(tmp_path, ca
     assert bootstrap(other) == [tmp_path / "m"]
 
 
+def test_a_game_models_fingerprint_ignores_how_games_are_played_but_not_its_positions():
+    from flywheel.tinymodels import fingerprint
+
+    spec = ModelSpec(name="t", categories=["tictactoe"], steps=2)
+    print_of = lambda **games: fingerprint(WorldConfig(kind="games", models=[spec], games=games), spec, 0)["fingerprint"]  # noqa: E731
+    base = print_of()
+    assert print_of(max_illegal=5) == base  # read only while playing: no rebuild
+    assert print_of(openings=[2]) != base and print_of(prompt="verbose") != base
+
+
 def test_batched_left_padded_generation_matches_one_by_one(tiny_models_dir):
     _, evals = build_suite(1234, 30, 2)
     prompts = evals[:12]  # prompts of different lengths, so the batch is padded
