@@ -105,6 +105,88 @@ def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
     return good, bad
 
 
+@dataclass(frozen=True)
+class BattleColumns:
+    """A battle log's good rows as columns: pandas Series (arrow-backed strings where the file
+    was read by the fast path), what ``flywheel.ratings.rate`` reads fastest."""
+
+    model_a: Any
+    model_b: Any
+    winner: Any
+    category: Any  # str or None per row
+
+    def __len__(self) -> int:
+        return len(self.winner)
+
+    def by_category(self) -> dict[str, BattleColumns]:
+        """One ``BattleColumns`` per category (rows without one under ``(none)``), sorted by name."""
+        cats = self.category.fillna("(none)")
+        out = {}
+        for name in sorted(set(cats.unique())):
+            keep = (cats == name).to_numpy()
+            out[name] = BattleColumns(*(c[keep].reset_index(drop=True) for c in
+                                        (self.model_a, self.model_b, self.winner, self.category)))
+        return out
+
+
+def read_battle_columns(path: str | Path) -> tuple[BattleColumns, list[BadRow]]:
+    """``read_battles`` as columns. A Parquet log whose every row is good is checked column-wise
+    (seconds faster on a million rows); any doubt (a bad row, another type) falls back to the
+    row-by-row reader, so the battles and the bad rows are exactly ``read_battles``'s."""
+    import pandas as pd
+
+    path = Path(path)
+    fast = _parquet_columns(path) if path.suffix.lower() in (".parquet", ".pq") and path.is_file() else None
+    if fast is not None:
+        return fast, []
+    good, bad = read_battles(path)
+    frame = pd.DataFrame([(b.model_a, b.model_b, b.winner, b.category) for b in good],
+                         columns=["model_a", "model_b", "winner", "category"], dtype=object)
+    return BattleColumns(frame["model_a"], frame["model_b"], frame["winner"], frame["category"]), bad
+
+
+def _parquet_columns(path: Path) -> BattleColumns | None:
+    """The log's columns if every row passes ``_check`` (tested column-wise), else None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError):
+        return None  # the row-by-row reader says why
+    names = ("model_a", "model_b", "winner")
+    if not set(names) <= set(table.column_names) or table.num_rows == 0:
+        return None
+    text = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)  # noqa: E731
+    category = table.column("category") if "category" in table.column_names else None
+    if not all(text(table.column(c).type) for c in names) or (
+            category is not None and not (text(category.type) or pa.types.is_null(category.type))):
+        return None
+    a, b, w = (table.column(c) for c in names)
+    if any(c.null_count for c in (a, b, w)) or any(pc.any(pc.equal(c, "")).as_py() for c in (a, b, w)):
+        return None  # a missing value: bad rows
+    if not pc.all(pc.is_in(w, value_set=pa.array(list(OUTCOME)))).as_py():
+        return None
+    pairs = pa.table({"a": a, "b": b}).group_by(["a", "b"]).aggregate([])  # distinct pairs: _check's rule
+    if any(x.strip() == y.strip() for x, y in zip(pairs.column("a").to_pylist(), pairs.column("b").to_pylist())):
+        return None
+    if category is None or pa.types.is_null(category.type):
+        category = pa.nulls(table.num_rows, pa.string())
+    else:  # "" is no category, as in _check
+        category = pc.if_else(pc.equal(category, ""), pa.scalar(None, category.type), category)
+    series = [c.to_pandas(types_mapper={pa.string(): pd_string(), pa.large_string(): pd_string()}.get)
+              for c in (a, b, w, category)]
+    return BattleColumns(*series)
+
+
+def pd_string():
+    """pandas' arrow-backed string dtype."""
+    import pandas as pd
+
+    return pd.StringDtype("pyarrow")
+
+
 def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
     """(where, row or the reason it is bad) of every row, by the file's format."""
     rows: list[tuple[str, Any]] = []

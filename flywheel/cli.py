@@ -199,13 +199,13 @@ def rate_cmd(
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
     """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
-    from flywheel.battlelog import BattleLogError, read_battles, read_reference
+    from flywheel.battlelog import BattleLogError, read_battle_columns, read_reference
     from flywheel.battlelog import consistency
     from flywheel.ratings import rate
 
     pinned = _parse_anchor(anchor)
     try:
-        battles, bad = read_battles(file)
+        battles, bad = read_battle_columns(file)
         ref = read_reference(reference) if reference else None
     except BattleLogError as e:
         fail(str(e))
@@ -217,18 +217,12 @@ def rate_cmd(
         typer.echo(f"skipped {len(bad)} bad row(s) of {len(bad) + len(battles)}", err=True)
     if not battles:
         fail(f"{file}: no battles to rate")
-    groups: dict[str, list] = {"all": battles}
-    if by == "category":
-        groups = {}
-        for b in battles:
-            groups.setdefault(b.category or "(none)", []).append(b)
-        groups = dict(sorted(groups.items()))
+    groups = battles.by_category() if by == "category" else {"all": battles}
     reports_by: dict = {}
     try:
-        for name, rows in groups.items():
-            reports_by[name] = rate([b.model_a for b in rows], [b.model_b for b in rows], [b.winner for b in rows],
-                                    rounds=bootstrap, ci=ci, seed=seed, anchor=pinned, fold_names=fold_names,
-                                    prior=prior)
+        for name, cols in groups.items():
+            reports_by[name] = rate(cols.model_a, cols.model_b, cols.winner, rounds=bootstrap, ci=ci, seed=seed,
+                                    anchor=pinned, fold_names=fold_names, prior=prior)
     except ValueError as e:
         fail(str(e))
     for name, rep in reports_by.items():

@@ -93,6 +93,32 @@ def test_battle_log_reader_on_random_rows(suffix, items):
     assert all(r.where.startswith(("line ", "row ")) for r in bad)
 
 
+text_names = st.none() | st.text(max_size=4) | st.sampled_from(["gpt", "gpt ", "\x1cgpt", " claude", "claude"])
+text_rows = st.fixed_dictionaries({"model_a": text_names, "model_b": text_names,
+                                   "winner": st.none() | st.sampled_from(list(OUTCOME) + ["", "tie "])},
+                                  optional={"category": st.none() | st.text(max_size=3)})
+
+
+@SETTINGS
+@given(st.lists(text_rows, min_size=1, max_size=8))
+@example([{"model_a": "gpt", "model_b": "\x1cgpt", "winner": "tie"}])  # Python's strip() rule, not arrow's
+def test_parquet_read_as_columns_gives_exactly_the_row_readers_battles(items):
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flywheel.battlelog import read_battle_columns
+
+    path = _file(".parquet", b"")
+    pq.write_table(pa.Table.from_pylist(items), path)
+    good, bad = read_battles(path)
+    cols, bad_too = read_battle_columns(path)
+    assert bad_too == bad
+    as_rows = zip(cols.model_a, cols.model_b, cols.winner, cols.category)
+    assert [tuple(None if pd.isna(x) else x for x in r) for r in as_rows] == [
+        (g.model_a, g.model_b, g.winner, g.category) for g in good]
+
+
 @SETTINGS
 @given(st.sampled_from([".jsonl", ".json", ".csv", ".parquet"]), st.binary(max_size=300),
        st.sampled_from(["auto", "alpaca", "sharegpt", "arena-hard", "plain"]))

@@ -123,3 +123,17 @@ def test_cli_conventions_version_choices_and_incompatible_flags(tmp_path):
     both = cli.invoke(app, ["elo", str(tmp_path), "--plot", str(tmp_path / "e.png"), "--history"])
     assert both.exit_code == 2 and "--plot and --history cannot be combined" in both.output
     assert not (tmp_path / "e.png").exists()
+
+
+def test_a_clean_parquet_log_is_read_by_columns_and_rates_exactly_as_jsonl(log, tmp_path, cli_env):
+    from flywheel.battlelog import read_battle_columns
+
+    pq_path, jl_path = tmp_path / "b.parquet", tmp_path / "b.jsonl"
+    log.to_parquet(pq_path)
+    log.to_json(jl_path, orient="records", lines=True)
+    fast, bad = read_battle_columns(pq_path)
+    assert bad == [] and str(fast.model_a.dtype) == "string" and len(fast) == len(log)  # the column-wise path
+    for args in ([], ["--by", "category"]):
+        same = [run(["rate", str(p), "--format", "json", "--bootstrap", "20", *args], cli_env).stdout
+                for p in (pq_path, jl_path)]
+        assert same[0] == same[1]
