@@ -66,6 +66,7 @@ def _json_records(text: str) -> list[tuple[int, Any]]:
         raise BattleLogError("a JSON battle log must be a list of records")
     i += 1
     out = []
+    line, counted = 1, 0  # the line at ``counted``: newlines are counted once, as the scan moves on
     while True:
         while i < len(text) and text[i] in " \t\r\n,":
             i += 1
@@ -73,11 +74,11 @@ def _json_records(text: str) -> list[tuple[int, Any]]:
             raise BattleLogError("the JSON list is not closed")
         if text[i] == "]":
             return out
-        line = text.count("\n", 0, i) + 1
+        line, counted = line + text.count("\n", counted, i), i
         try:
             obj, i = dec.raw_decode(text, i)
         except json.JSONDecodeError as e:
-            raise BattleLogError(f"line {text.count(chr(10), 0, e.pos) + 1}: invalid JSON: {e.msg}") from None
+            raise BattleLogError(f"line {line + text.count(chr(10), counted, e.pos)}: invalid JSON: {e.msg}") from None
         out.append((line, obj))
 
 

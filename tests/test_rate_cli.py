@@ -137,3 +137,26 @@ def test_a_clean_parquet_log_is_read_by_columns_and_rates_exactly_as_jsonl(log, 
         same = [run(["rate", str(p), "--format", "json", "--bootstrap", "20", *args], cli_env).stdout
                 for p in (pq_path, jl_path)]
         assert same[0] == same[1]
+
+
+def test_a_long_json_list_names_the_line_of_each_bad_record(log, tmp_path):
+    from flywheel.battlelog import BattleLogError, read_battles
+
+    records = log.head(300).to_dict("records")
+    records[250]["winner"] = "draw"
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(records, indent=1))
+    lines = path.read_text().splitlines()
+    starts = [n for n, line in enumerate(lines, 1) if line == " {"]  # where each record begins
+    good, bad = read_battles(path)
+    assert len(starts) == 300 and len(good) == 299
+    assert [str(b) for b in bad] == [f"line {starts[250]}: winner 'draw' is not one of model_a, model_b, tie, "
+                                     "tie (bothbad)"]
+    broken = starts[280] + 2  # the record's second field loses its colon
+    lines[broken - 1] = lines[broken - 1].replace('":', '" ', 1)
+    path.write_text("\n".join(lines))
+    try:
+        read_battles(path)
+        raise AssertionError("invalid JSON was read")
+    except BattleLogError as e:
+        assert f"line {broken}: invalid JSON" in str(e), str(e)
