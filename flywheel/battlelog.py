@@ -160,6 +160,9 @@ def _parquet_columns(path: Path) -> BattleColumns | None:
     if not set(names) <= set(table.column_names) or table.num_rows == 0:
         return None
     text = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)  # noqa: E731
+    for i, field in enumerate(table.schema):  # pandas categoricals are stored dictionary-encoded
+        if pa.types.is_dictionary(field.type) and text(field.type.value_type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
     category = table.column("category") if "category" in table.column_names else None
     if not all(text(table.column(c).type) for c in names) or (
             category is not None and not (text(category.type) or pa.types.is_null(category.type))):

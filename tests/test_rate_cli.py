@@ -133,6 +133,9 @@ def test_a_clean_parquet_log_is_read_by_columns_and_rates_exactly_as_jsonl(log, 
     log.to_json(jl_path, orient="records", lines=True)
     fast, bad = read_battle_columns(pq_path)
     assert bad == [] and str(fast.model_a.dtype) == "string" and len(fast) == len(log)  # the column-wise path
+    log.astype("category").to_parquet(tmp_path / "cat.parquet")  # dictionary-encoded columns: the same path
+    coded, _ = read_battle_columns(tmp_path / "cat.parquet")
+    assert str(coded.model_a.dtype) == "string" and coded.category.tolist() == fast.category.tolist()
     for args in ([], ["--by", "category"]):
         same = [run(["rate", str(p), "--format", "json", "--bootstrap", "20", *args], cli_env).stdout
                 for p in (pq_path, jl_path)]
