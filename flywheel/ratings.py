@@ -2,7 +2,7 @@
 
 Layered like the classic arena code (preprocess -> fit -> compute -> bootstrap), but the battle
 log is aggregated once into cell counts, so the fit and every bootstrap round cost O(K^2)
-whatever the number of battles, and all bootstrap rounds are fitted together:
+whatever the number of battles, and bootstrap rounds are fitted many at a time (batched Newton):
 
 - ``canonical_names``: model names, checked for spellings that differ only by case or spaces.
 - ``encode``: battle columns (lists, arrays, pandas columns) -> model index arrays and outcomes
