@@ -105,6 +105,9 @@ class GamesConfig(Strict):
     prompt: Literal["terse", "verbose"] = Field("terse", description="How a position is shown: terse "
                                                 "(ttt x-o------ o=, the project's character-level models) or "
                                                 "verbose (a described board, for instruct LLMs).")
+    symmetries: bool = Field(False, description="Also learn each SFT example and DPO pair in every rotation and "
+                             "reflection of its board (tic-tac-toe's 8, Connect Four's mirror): the rules are the "
+                             "same there. Images that are eval or validation start positions are dropped.")
     pretrain_examples: int = Field(4000, ge=1, description="Tiny game models: (position, random legal move) "
                                    "pre-training examples (they learn the format, not the game).")
     seed: int = Field(1234, description="Seed of the start positions.")

@@ -114,7 +114,7 @@ def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: 
 MADE_WITH = "flywheel-model.json"
 
 
-PLAY_ONLY = {"max_illegal"}  # games settings that pre-training does not read
+NOT_PRETRAINING = {"max_illegal", "symmetries"}  # games settings that pre-training does not read
 
 
 def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
@@ -123,7 +123,7 @@ def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
     made = {"tasks": world.tasks.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
             "batch_size": world.batch_size, "seed": seed}
     if world.kind == "games":  # (kept out otherwise: task models keep their fingerprints)
-        made = {"games": world.games.model_dump(mode="json", exclude=PLAY_ONLY), "model": spec.model_dump(mode="json"),
+        made = {"games": world.games.model_dump(mode="json", exclude=NOT_PRETRAINING), "model": spec.model_dump(mode="json"),
                 "batch_size": world.batch_size, "seed": seed}
     return {"kind": "tiny", "fingerprint": stable_id(json.dumps(made, sort_keys=True)), "made_with": made}
 

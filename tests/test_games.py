@@ -210,6 +210,30 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
     assert curate_games([pair_battle], {}, ["student"], set(), CurateConfig(), "terse").dropped["invalid"] == 1
 
 
+def test_symmetric_images_of_sft_examples_and_dpo_pairs_skip_held_out_positions():
+    from flywheel.config import CurateConfig
+    from flywheel.games.rules import CONNECT4, parse_position, symmetries
+
+    start = "ttt x23456789 o="  # o to move, x in a corner: 4 distinct images (one mirror maps it onto itself)
+    good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")
+    bad = battle(start, "9 2 4", "5 3 7", "student@0", "minimax", "b")
+    js = {j.battle_id: j for j in GameJudge().judge([good, bad])}
+    plain = curate_games([good, bad], js, ["student"], set(), CurateConfig(), "terse")
+    held = "ttt 12x456789 o="  # the start turned a quarter: an eval position, say
+    sym = curate_games([good, bad], js, ["student"], {held}, CurateConfig(), "terse", symmetric=True)
+    assert [(p.prompt, p.chosen, p.rejected) for p in plain.dpo] == [(start, "5", "9")]
+    assert [(p.prompt, p.chosen, p.rejected) for p in sym.dpo] == [
+        (start, "5", "9"), ("ttt 12345678x o=", "5", "1"), ("ttt 123456x89 o=", "5", "3")]
+    assert held not in {r.prompt for r in sym.sft + sym.dpo}
+    assert sym.dropped["contaminated"] > plain.dropped["contaminated"]
+    assert {r.prompt for r in plain.sft} < {r.prompt for r in sym.sft}
+    assert len({(r.target, r.prompt) for r in sym.sft}) == len(sym.sft)  # once per (target, position)
+    for r in sym.sft:  # an image of a winning move is a legal move of the image
+        assert int(r.completion) in parse_position(r.prompt).legal_moves()
+    mirror = symmetries(CONNECT4)
+    assert len(mirror) == 2 and CONNECT4.initial().play(1).image(mirror[1], 2)[1] == 6
+
+
 def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_position():
     from flywheel.config import CurateConfig
 

@@ -10,14 +10,21 @@ often over the iteration's games (a move a lucky winner made once is outvoted). 
 by eventual winners and by eventual losers are counted over all the iteration's games; where
 the target lost after a move that a winner did not play there, the pair is (the winners' most
 frequent move, the target's move), one per (target, position). Draws teach nothing here.
+
+With ``symmetric``, every SFT example and DPO pair is also learnt in each rotation and reflection
+of its board (``rules.symmetries``), once per (target, position): the rules are the same there,
+so the images are as true as the original. An image that is a held-out (eval or validation)
+position is dropped and counted as ``contaminated``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from flywheel.curation import Curated, decisive
 from flywheel.games.referee import replay
+from flywheel.games.rules import parse_position, symmetries
 from flywheel.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 
 SEAT = {"model_a": "a", "model_b": "b"}
@@ -27,7 +34,7 @@ RULES = {"sft": "every move of the winner of a decisive game a target lost (the 
 
 
 def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
-                 cfg, style: str) -> Curated:
+                 cfg, style: str, symmetric: bool = False) -> Curated:
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
     winning: dict[str, Counter] = {}  # position text -> winners' moves there
     won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
@@ -72,7 +79,31 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
                 dpo.append(DPOPair(text, str(chosen), str(move), _pid(text), b.category, "winners", player,
                                    b.battle_id, b.iteration, t))
                 break
+    if symmetric:
+        sft, dpo = _with_images(sft, held_out, dropped, style), _with_images(dpo, held_out, dropped, style)
     return Curated(sft, dpo, dropped)
+
+
+def _with_images(rows: list, held_out: set[str], dropped: dict[str, int], style: str) -> list:
+    """``rows`` (SFT examples or DPO pairs), each followed by its images under the board's
+    symmetries; a (target, position) is kept once, the original first."""
+    moves = ("completion",) if rows and isinstance(rows[0], SFTExample) else ("chosen", "rejected")
+    seen = {(r.target, r.prompt) for r in rows}
+    out = []
+    for r in rows:
+        out.append(r)
+        pos = parse_position(r.prompt)
+        for perm in symmetries(pos.game)[1:]:
+            images = [pos.image(perm, int(getattr(r, m))) for m in moves]
+            text = images[0][0].text(style)
+            if text in held_out:
+                dropped["contaminated"] += 1
+                continue
+            if (r.target, text) in seen:
+                continue
+            seen.add((r.target, text))
+            out.append(replace(r, prompt=text, prompt_id=_pid(text), **{m: str(img[1]) for m, img in zip(moves, images)}))
+    return out
 
 
 def _best(moves: Counter) -> int:

@@ -66,6 +66,24 @@ def _lines(rows: int, cols: int, k: int) -> list[tuple[int, ...]]:
     return out
 
 
+def symmetries(game: Game) -> list[tuple[int, ...]]:
+    """The cell permutations that map the game onto itself, the identity first: the 8 rotations
+    and reflections of a square board without gravity (tic-tac-toe), else the left-right mirror
+    (Connect Four). ``perm[i]`` is where cell ``i`` goes."""
+    rows, cols = game.rows, game.cols
+    maps = [lambda r, c: (r, c), lambda r, c: (r, cols - 1 - c)]
+    if not game.gravity and rows == cols:
+        n = rows - 1
+        maps += [lambda r, c: (c, n - r), lambda r, c: (n - r, n - c), lambda r, c: (n - c, r),
+                 lambda r, c: (n - r, c), lambda r, c: (c, r), lambda r, c: (n - c, n - r)]
+    perms = []
+    for f in maps:
+        perm = tuple(f(i // cols, i % cols)[0] * cols + f(i // cols, i % cols)[1] for i in range(game.cells))
+        if perm not in perms:
+            perms.append(perm)
+    return perms
+
+
 _LINES: dict[str, list[tuple[int, ...]]] = {}
 TICTACTOE = Game("tictactoe", "ttt", 3, 3, 3, False)
 CONNECT4 = Game("connect4", "c4", 6, 7, 4, True)
@@ -111,6 +129,15 @@ class Position:
         cell = self._landing(move)
         board = self.board[:cell] + self.to_move + self.board[cell + 1:]
         return Position(self.game, board, other(self.to_move))
+
+    def image(self, perm: tuple[int, ...], move: int) -> tuple[Position, int]:
+        """This position and a move in it under a symmetry of the board (``symmetries``)."""
+        board = [EMPTY] * len(self.board)
+        for i, ch in enumerate(self.board):
+            board[perm[i]] = ch
+        g = self.game
+        moved = perm[move - 1] % g.cols + 1 if g.gravity else perm[move - 1] + 1  # gravity: a top-row cell's column
+        return Position(g, "".join(board), self.to_move), moved
 
     # -- text ------------------------------------------------------------------------------
     @property

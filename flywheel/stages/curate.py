@@ -22,7 +22,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
     if ctx.cfg.world.kind == "games":
         cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
-                           ctx.cfg.world.games.prompt)
+                           ctx.cfg.world.games.prompt, ctx.cfg.world.games.symmetries)
     else:
         cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
@@ -39,8 +39,10 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     chat = any(ctx.roster.is_chat(t) for t in ctx.roster.targets)
     systems = {t: ctx.roster.config(t).system_prompt for t in ctx.roster.targets} if chat else None
     counts = {}
+    games = ctx.cfg.world.games if ctx.cfg.world.kind == "games" else None
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
-        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat,
-                            GAME_RULES[kind] if ctx.cfg.world.kind == "games" else None)
+        rule = None if games is None else GAME_RULES[kind] + (
+            "; each also in every rotation and reflection of its board" if games.symmetries else "")
+        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat, rule)
         counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
     return CurateResult(counts["sft"], counts["dpo"], cur.dropped)
