@@ -117,4 +117,6 @@ def run_all(fn: Callable[..., Any], calls: list[tuple], jobs: int) -> list[Any]:
 
 
 def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    from flywheel.ratings import usable_cpus
+
+    return usable_cpus()

@@ -148,6 +148,7 @@ def read_battle_columns(path: str | Path) -> tuple[BattleColumns, list[BadRow]]:
 
 def _parquet_columns(path: Path) -> BattleColumns | None:
     """The log's columns if every row passes ``_check`` (tested column-wise), else None."""
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -179,16 +180,10 @@ def _parquet_columns(path: Path) -> BattleColumns | None:
         category = pa.nulls(table.num_rows, pa.string())
     else:  # "" is no category, as in _check
         category = pc.if_else(pc.equal(category, ""), pa.scalar(None, category.type), category)
-    series = [c.to_pandas(types_mapper={pa.string(): pd_string(), pa.large_string(): pd_string()}.get)
+    arrow_str = pd.StringDtype("pyarrow")  # pandas' arrow-backed strings: no copy into Python objects
+    series = [c.to_pandas(types_mapper={pa.string(): arrow_str, pa.large_string(): arrow_str}.get)
               for c in (a, b, w, category)]
     return BattleColumns(*series)
-
-
-def pd_string():
-    """pandas' arrow-backed string dtype."""
-    import pandas as pd
-
-    return pd.StringDtype("pyarrow")
 
 
 def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:

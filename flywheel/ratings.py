@@ -340,6 +340,11 @@ def to_elo(theta: np.ndarray, scale: float = 400.0, base: float = 10.0, init: fl
 BOOT_CHUNKS = 8  # bootstrap rounds are drawn and fitted in this many seeded chunks, on threads
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 def bootstrap(
     k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float | None = None,
     start: np.ndarray | None = None,
@@ -361,7 +366,7 @@ def bootstrap(
         draws = np.random.default_rng(seeds[i]).multinomial(total, pvals, size=sizes[i])
         return fit_bt(points_matrix(k, cells, draws), prior=prior, start=start)
 
-    workers = min(len(sizes), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    workers = min(len(sizes), usable_cpus())
     if workers <= 1:
         return np.concatenate([chunk(i) for i in range(len(sizes))])
     from concurrent.futures import ThreadPoolExecutor
