@@ -68,3 +68,19 @@ def test_efficacy_figures_follow_the_versions_in_use():
     summary["iterations"][2]["current"] = {"s": "s@2"}  # promoted after all
     f = figures(summary, "s")
     assert abs(f["worst_step"] - 0.4) < 1e-9 and abs(f["forgetting"] - 0.1) < 1e-9
+
+
+def test_active_eval_arenas_tie_close_pairs_and_bound_what_a_design_can_save():
+    import numpy as np
+
+    from benchmarks.active_eval import design_bound, outcome
+
+    draws = np.random.default_rng(0).random(20000)
+    close = [outcome(0.0, u, 0.2, "davidson") for u in draws]
+    far = [outcome(8.0, u, 0.2, "davidson") for u in draws]
+    assert close.count(0.5) / len(close) == pytest.approx(0.2, abs=0.01)
+    assert far.count(0.5) / len(far) < 0.02 and far.count(1.0) / len(far) > 0.97
+    assert [outcome(4.0, u, 0.2, "flat") for u in draws].count(0.5) / len(draws) == pytest.approx(0.2, abs=0.01)
+    # equal strengths: uniform pair sampling is already the best design; a wide spread leaves room
+    assert design_bound(np.zeros(6), iters=300) == pytest.approx(1.0, abs=0.02)
+    assert design_bound(np.linspace(-4, 4, 6), iters=300) > 1.3
