@@ -232,7 +232,7 @@ class EvaluateConfig(Strict):
         "full", description="full: every new version battles every opponent on every eval prompt; active: eval "
         "battles are drawn in rounds toward the pairs whose order is uncertain and the widest intervals "
         "(flywheel/active_eval.py), until the target CI width or max_battles. Accuracy is measured on the whole "
-        "eval split either way.")
+        "eval split either way. Prompt worlds only: a games world refuses active.")
     round_size: int = Field(60, ge=1, description="active: eval battles per round.")
     target_ci_width: float = Field(150.0, gt=0, description="active: stop once every new version's 95% Elo "
                                    "interval is at most this wide and no neighbouring rank around one is uncertain.")
@@ -345,6 +345,9 @@ class FlywheelConfig(Strict):
                 raise ValueError("allocate.signal: loss needs reference answers; a games world has none")
             if self.world.prompt_pools:
                 raise ValueError("world.prompt_pools: a games world plays start positions, not prompts")
+            if self.evaluate.sampling == "active":
+                raise ValueError("evaluate.sampling: active is for prompt worlds; a games world plays every eval "
+                                 "position against every reference player (its win-or-draw rates need them all)")
             bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
             if bad:
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")

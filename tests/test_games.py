@@ -280,3 +280,6 @@ def test_games_config_is_checked_together():
         load_config(None, ["world.kind=games", "judge.kind=game"])
     with pytest.raises(ConfigError, match="depth"):
         load_config(None, ["opponents.0.depth=0"])
+    with pytest.raises(ConfigError, match="evaluate.sampling: active is for prompt worlds"):
+        load_config("flows/recipes/tictactoe.yaml", ["evaluate.sampling=active"])
+    load_config("flows/recipes/tictactoe.yaml", [])

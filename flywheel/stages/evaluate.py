@@ -25,7 +25,7 @@ from flywheel.store import atomic_write_json, atomic_write_text, iter_name, read
 @stage("evaluate", EvalResult)
 def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     versions = [versioned(t, k) for t in ctx.roster.targets]
-    active = ctx.cfg.evaluate.sampling == "active" and ctx.cfg.world.kind != "games"
+    active = ctx.cfg.evaluate.sampling == "active"  # prompt worlds only (the config says so)
     if active:
         play_active(ctx, k, versions)
     else:
