@@ -35,7 +35,7 @@ import statistics
 import numpy as np
 
 from benchmarks.stats import budget_ratio, mean_ci, parse_seeds
-from flywheel.active_eval import Z95, choose_round, ci_widths, fit_with_cov
+from flywheel.active_eval import Z95, choose_round, ci_widths, fit_with_cov, information
 
 LN10_400 = math.log(10) / 400
 
@@ -98,25 +98,27 @@ def design_bound(truth: np.ndarray, iters: int = 2000) -> float:
     first order, when the true strengths are known in advance: the battles ratio
     (uniform's mean sd / the best design's mean sd)^2, the best design found by Frank-Wolfe on
     the share of battles per pair (the mean sd of centred ratings from the expected Fisher
-    information). Adaptive rules, which must learn the strengths first, do not beat it."""
+    information, ``information`` at the true strengths). Adaptive rules, which must learn the
+    strengths first, do not beat it to first order."""
     k = len(truth)
     i, j = np.triu_indices(k, 1)
-    q = 1.0 / (2.0 + np.exp(truth[i] - truth[j]) + np.exp(truth[j] - truth[i]))
-    e = np.zeros((len(q), k))
-    e[np.arange(len(q)), i], e[np.arange(len(q)), j] = 1.0, -1.0
     proj = np.eye(k) - 1.0 / k
 
     def cov(share: np.ndarray) -> np.ndarray:
-        return np.linalg.pinv(proj @ ((e * (share * q)[:, None]).T @ e) @ proj, hermitian=True)
+        w = np.zeros((k, k))
+        w[i, j] = share  # a pair's share of the battles (information() reads only w + w.T)
+        return np.linalg.pinv(proj @ information(w, truth, prior=0.0) @ proj, hermitian=True)
 
     def mean_sd(share: np.ndarray) -> float:
         return float(np.sqrt(np.clip(np.diag(cov(share)), 0, None)).mean())
 
+    q = 1.0 / (2.0 + np.exp(truth[i] - truth[j]) + np.exp(truth[j] - truth[i]))  # p(1-p) per pair
     uniform = np.full(len(q), 1.0 / len(q))
     share = uniform.copy()
     for it in range(iters):
         c = cov(share)
-        grad = q * np.einsum("pk,kl,pl->p", e, c @ np.diag(0.5 / np.sqrt(np.clip(np.diag(c), 1e-12, None))) @ c, e)
+        m = c @ np.diag(0.5 / np.sqrt(np.clip(np.diag(c), 1e-12, None))) @ c
+        grad = q * (m[i, i] + m[j, j] - 2 * m[i, j])  # how fast each pair's share lowers the mean sd
         step = 2.0 / (it + 3)
         share *= 1 - step
         share[int(np.argmax(grad))] += step
@@ -145,7 +147,8 @@ def main() -> None:
     ap.add_argument("--spread", type=float, default=200.0, help="standard deviation of the true Elo strengths")
     ap.add_argument("--budgets", default="500,1000,2000,3000,4000,6000", help="battles, ascending")
     ap.add_argument("--round", type=int, default=50, dest="round_size", help="active: battles per round")
-    ap.add_argument("--ties", type=float, default=0.1, help="share of tied battles")
+    ap.add_argument("--ties", type=float, default=0.1,
+                    help="tie share: between equal models (davidson), of every battle (flat)")
     ap.add_argument("--tie-model", choices=("davidson", "flat"), default="davidson",
                     help="davidson: ties likelier the closer the pair (--ties between equal models); flat: --ties of every battle")
     ap.add_argument("--reps", type=int, default=4, help="streams of battle outcomes per seed, averaged")

@@ -80,14 +80,14 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
                                    b.battle_id, b.iteration, t))
                 break
     if symmetric:
-        sft, dpo = _with_images(sft, held_out, dropped, style), _with_images(dpo, held_out, dropped, style)
+        sft = _with_images(sft, ("completion",), held_out, dropped, style)
+        dpo = _with_images(dpo, ("chosen", "rejected"), held_out, dropped, style)
     return Curated(sft, dpo, dropped)
 
 
-def _with_images(rows: list, held_out: set[str], dropped: dict[str, int], style: str) -> list:
-    """``rows`` (SFT examples or DPO pairs), each followed by its images under the board's
-    symmetries; a (target, position) is kept once, the original first."""
-    moves = ("completion",) if rows and isinstance(rows[0], SFTExample) else ("chosen", "rejected")
+def _with_images(rows: list, moves: tuple[str, ...], held_out: set[str], dropped: dict[str, int], style: str) -> list:
+    """``rows`` (SFT examples or DPO pairs, whose ``moves`` fields hold moves), each followed by its
+    images under the board's symmetries; a (target, position) is kept once, the original first."""
     seen = {(r.target, r.prompt) for r in rows}
     out = []
     for r in rows:
