@@ -44,9 +44,7 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
 
         return [(f"{name}:row {i + 1}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
     if path.suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            return [(f"{name}:{reader.line_num}", row) for row in reader]
+        return _csv_rows(path)
     if path.suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, list):
@@ -60,8 +58,32 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
             try:
                 out.append((f"{name}:{n}", json.loads(line)))
             except json.JSONDecodeError as e:
-                out.append((f"{name}:{n}", ValueError(f"not JSON ({e.msg})")))
+                out.append((f"{name}:{n}", ValueError(f"not JSON ({e.msg.removesuffix(' at')} at column {e.colno})")))
     return out
+
+
+def _csv_rows(path: Path) -> list[tuple[str, Any]]:
+    """A CSV file's rows, each named by its line. A row with more fields than the header (an unquoted
+    comma in a prompt) comes back as a ValueError; so does a quote left open, which would otherwise
+    swallow the rest of the file into one prompt: the file is read no further."""
+    out: list[tuple[str, Any]] = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh, strict=True)
+        while True:
+            after = reader.line_num
+            try:
+                row = next(reader)
+            except StopIteration:
+                return out
+            except csv.Error as e:
+                out.append((f"{path.name}:{after + 1}", ValueError(f"not CSV ({e}); the file is read no further")))
+                return out
+            where = f"{path.name}:{reader.line_num}"
+            if None in row:
+                fields = len(row) - 1 + len(row[None])
+                out.append((where, ValueError(f"{fields} fields, the header has {len(reader.fieldnames or [])}")))
+            else:
+                out.append((where, row))
 
 
 def detect(row: dict[str, Any]) -> str:

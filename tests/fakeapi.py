@@ -10,6 +10,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -54,9 +55,11 @@ def judge_reply(prompt: str, biased_to: str | None = None) -> str:
 
 class FakeAPI:
     """``mode``: solver | judge | echo | biased-A | garbage | script (``script(prompt) -> reply``,
-    set by the test). ``delay_s``: latency of every call."""
+    set by the test). ``delay_s``: latency of every call, or a function of the request's number (1, 2, ...)
+    giving its latency."""
 
-    def __init__(self, mode: str = "solver", delay_s: float = 0.0, wrong_every: int = 0, fail_when=None) -> None:
+    def __init__(self, mode: str = "solver", delay_s: float | Callable[[int], float] = 0.0, wrong_every: int = 0,
+                 fail_when=None) -> None:
         self.mode = mode
         self.fail_when = fail_when  # prompt text -> True: that prompt always gets a 500
         self.script = None
@@ -145,8 +148,9 @@ class FakeAPI:
                         api.in_flight -= 1
 
             def _answer(self, body: dict, n: int, fault: Any) -> None:
-                if api.delay_s:
-                    time.sleep(api.delay_s)
+                delay = api.delay_s(n) if callable(api.delay_s) else api.delay_s
+                if delay:
+                    time.sleep(delay)
                 if self.path.endswith("/load_lora_adapter"):
                     return self._send(200, {"status": "ok"})
                 msgs = body.get("messages") or [{}]

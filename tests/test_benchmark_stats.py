@@ -84,3 +84,19 @@ def test_active_eval_arenas_tie_close_pairs_and_bound_what_a_design_can_save():
     # equal strengths: uniform pair sampling is already the best design; a wide spread leaves room
     assert design_bound(np.zeros(6), iters=300) == pytest.approx(1.0, abs=0.02)
     assert design_bound(np.linspace(-4, 4, 6), iters=300) > 1.3
+
+
+def test_players_benchmark_runs_per_seed_on_a_long_tailed_loopback_server():
+    import subprocess
+    import sys
+
+    from benchmarks.players import latencies
+
+    drawn = latencies(3, 0.2, 0.5, 400)
+    assert drawn != latencies(4, 0.2, 0.5, 400) and latencies(3, 0.2, 0.0, 3) == [0.2, 0.2, 0.2]
+    assert sorted(drawn)[200] == pytest.approx(0.2, rel=0.15) and max(drawn) > 2 * 0.2  # median, and a tail
+    out = subprocess.run([sys.executable, "-m", "benchmarks.players", "--seeds", "3,4", "--latency", "0.05",
+                          "--calls", "24", "--sequential-calls", "6", "--concurrency", "8"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert "seed 3:" in out and "seed 4:" in out
+    assert float(out.strip().splitlines()[-1].removeprefix("ratio: ")) > 2  # 8 calls in flight beat one at a time

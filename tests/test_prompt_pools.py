@@ -62,6 +62,14 @@ def test_bad_rows_are_named_by_line_and_duplicates_dropped(tmp_path):
     bad_csv = tmp_path / "bad.csv"
     bad_csv.write_text("prompt,category\nok,a\n,b\nfine,c\n")
     assert [w for w, _ in ingest(bad_csv).bad] == ["bad.csv:3"]
+    # an unquoted comma gives a row more fields than the header; a quote left open would swallow
+    # the rest of the file into one prompt: both are named by line
+    messy = tmp_path / "messy.csv"
+    messy.write_text('prompt,category\nhello,chat\nhello, world,chat\n"multi\nline",x\n"open,chat\nmore,x\n')
+    got = ingest(messy)
+    assert [p.text for p in got.prompts] == ["hello", "multi\nline"]
+    assert got.bad == [("messy.csv:3", "3 fields, the header has 2"),
+                       ("messy.csv:6", "not CSV (unexpected end of data); the file is read no further")]
     with pytest.raises(ValueError, match="unknown layout"):
         ingest(path, "xml")
 
