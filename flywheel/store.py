@@ -105,6 +105,9 @@ def iter_name(k: int) -> str:
     return f"iter-{k:04d}"
 
 
+LOCKED: set[Path] = set()  # run directories this process holds the lock of (the one `flywheel run` works in)
+
+
 class RunStore:
     """Reads and writes one run directory."""
 
@@ -134,12 +137,14 @@ class RunStore:
                                          "nothing was changed") from None
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         self._lock_fd = fd
+        LOCKED.add(self.root)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
+            LOCKED.discard(self.root)
 
     # -- paths -----------------------------------------------------------------------------
     def iter_dir(self, k: int) -> Path:

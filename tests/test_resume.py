@@ -1,4 +1,4 @@
-"""A run killed mid-iteration (SIGKILL, no clean-up) resumes with no battle lost or duplicated."""
+"""A run killed mid-iteration (SIGKILL, no clean-up; or Ctrl-C) resumes with no battle lost or duplicated."""
 
 import json
 import os
@@ -7,22 +7,33 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from flywheel.store import RunStore
 
 
-def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env):
+def _as_from_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job would ignore SIGINT
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env, how):
     cfg, path = tiny_config(run__name="killed", select__battles_per_iteration=96, run__shard_size=24)
     run_dir = cfg.run.root / "killed"
     cmd = [sys.executable, "-m", "flywheel.cli", "run", str(path)]
     proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_as_from_a_terminal)
     first_shard = run_dir / "battles" / "iter-0001-train-r1-s0000.parquet"
     deadline = time.time() + 240
     while not first_shard.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
-    os.killpg(proc.pid, signal.SIGKILL)  # the flow and its temporary Prefect server
-    proc.wait()
+    os.killpg(proc.pid, how)  # the flow and anything it started, as a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=60)
+    if how == signal.SIGINT:  # it stops at once and says how to go on, with no traceback
+        assert proc.returncode == 130, err.decode()[-2000:]
+        assert f"continue it with: flywheel run --resume {run_dir}" in err.decode()
+        assert "Traceback" not in err.decode()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [e["iteration"] for e in summary["iterations"]] == [0]  # killed inside iteration 1
 
