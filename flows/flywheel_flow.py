@@ -15,7 +15,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flywheel import reports
+from flywheel import interrupt, reports
 from flywheel.config import FlywheelConfig
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
@@ -245,6 +245,7 @@ def flywheel(config: FlywheelConfig, resume: str | None = None, more: int | None
     ``config`` is the whole config tree (the Prefect UI shows it as a form and validates it);
     ``more``: instead of run.iterations, run this many iterations beyond those already completed
     when the run's lock is taken (a scheduled trigger adds one)."""
+    interrupt.rearm()  # `flywheel run`: a SIGTERM stops at once, as Ctrl-C does (flywheel/interrupt.py)
     ctx = open_run(config, Path(resume) if resume else None, lock_wait_s)
     try:
         log.info("run directory: %s", ctx.store.root)

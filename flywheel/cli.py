@@ -86,10 +86,11 @@ def run(
     import logging
 
     from flows.flywheel_flow import run_flywheel
+    from flywheel import interrupt
 
     # stage progress (pre-training, battles, judgments, training); -v: also each player's generation counts
     logging.getLogger("flywheel").setLevel(logging.DEBUG if verbose else logging.INFO)
-    _stop_at_once_on_ctrl_c()
+    interrupt.stop_at_once()  # Ctrl-C and SIGTERM stop at once, with the --resume command
     try:
         run_dir = Path(run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None))
     except RunLockedError as e:
@@ -105,55 +106,6 @@ def run(
                                "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
         return
     _print_result(run_dir)
-
-
-def _stop_at_once_on_ctrl_c() -> None:
-    """Ctrl-C ends `flywheel run` at once, with the command that continues it.
-
-    A terminal's Ctrl-C reaches the whole process group, Prefect's temporary server too; left to
-    Python's KeyboardInterrupt, the flow engine then spends a minute or more trying to report the
-    crash to that dead server and ends in a long connection traceback. Every write of a run is
-    atomic and a resumed run redoes only what was not finished (the same as after a kill -9), so
-    stopping here loses nothing. A SIGINT that the shell made this process ignore stays ignored."""
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        signal.signal(signal.SIGINT, _interrupted)
-
-
-def _interrupted(signum: int, frame) -> None:
-    from flywheel.store import LOCKED
-
-    runs = sorted(LOCKED)
-    then = (f"continue it with: flywheel run --resume {runs[0]}" if runs else
-            "no run directory was made yet")
-    sys.stderr.write(f"\ninterrupted: flywheel run stops here; every finished write is kept; {then}\n")
-    sys.stderr.flush()
-    _end_children()
-    os._exit(130)
-
-
-def _end_children(grace_s: float = 3.0) -> None:
-    """Terminate this process's children (Prefect's temporary server, training launchers, local
-    Dask workers, vLLM servers), then kill the ones still there after ``grace_s``."""
-    import psutil
-
-    try:
-        children = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return
-    for c in children:
-        try:
-            c.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
-    for c in alive:
-        try:
-            c.kill()
-        except psutil.Error:
-            pass
 
 
 def _console(verbose: bool) -> None:

@@ -105,7 +105,7 @@ def iter_name(k: int) -> str:
     return f"iter-{k:04d}"
 
 
-LOCKED: set[Path] = set()  # run directories this process holds the lock of (the one `flywheel run` works in)
+LOCKED: list[Path] = []  # run directories this process has taken the lock of, in order (`flywheel run`'s)
 
 
 class RunStore:
@@ -137,14 +137,14 @@ class RunStore:
                                          "nothing was changed") from None
                 time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
         self._lock_fd = fd
-        LOCKED.add(self.root)
+        if self.root not in LOCKED:
+            LOCKED.append(self.root)
 
     def unlock(self) -> None:
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
             self._lock_fd = None
-            LOCKED.discard(self.root)
 
     # -- paths -----------------------------------------------------------------------------
     def iter_dir(self, k: int) -> Path:

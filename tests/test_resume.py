@@ -1,4 +1,4 @@
-"""A run killed mid-iteration (SIGKILL, no clean-up; or Ctrl-C) resumes with no battle lost or duplicated."""
+"""A run killed mid-iteration (SIGKILL, no clean-up; Ctrl-C; SIGTERM) resumes with no battle lost or duplicated."""
 
 import json
 import os
@@ -16,7 +16,7 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job would ignore SIGINT
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["kill-9", "ctrl-c", "sigterm"])
 def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env, how):
     cfg, path = tiny_config(run__name="killed", select__battles_per_iteration=96, run__shard_size=24)
     run_dir = cfg.run.root / "killed"
@@ -30,8 +30,8 @@ def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env, h
     assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
     os.killpg(proc.pid, how)  # the flow and anything it started, as a terminal's Ctrl-C does
     _, err = proc.communicate(timeout=60)
-    if how == signal.SIGINT:  # it stops at once and says how to go on, with no traceback
-        assert proc.returncode == 130, err.decode()[-2000:]
+    if how != signal.SIGKILL:  # it stops at once and says how to go on, with no traceback
+        assert proc.returncode == 128 + how, err.decode()[-2000:]
         assert f"continue it with: flywheel run --resume {run_dir}" in err.decode()
         assert "Traceback" not in err.decode()
     summary = json.loads((run_dir / "summary.json").read_text())
