@@ -8,7 +8,7 @@ not finished (the same as after a kill -9), so stopping at once loses nothing.
 
 Only `flywheel run` arms this (``stop_at_once``); a flow run of a deployment keeps Prefect's SIGTERM
 handling, which its cancellation relies on. A signal the shell made the process ignore (a
-background job's SIGINT, nohup's SIGHUP) stays ignored.
+background job's SIGINT) stays ignored, inside the flow run too.
 """
 
 from __future__ import annotations
@@ -17,33 +17,33 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_armed = False
+# signal -> what `flywheel run` wants for it: _stop, or SIG_IGN where it found the signal ignored
+_wanted: dict[int, Any] = {}
 
 
 def stop_at_once() -> None:
     """Arm the handler for SIGINT and SIGTERM in this process (main thread only)."""
-    global _armed
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in SIGNALS:
-        if signal.getsignal(sig) is not signal.SIG_IGN:
-            signal.signal(sig, _stop)
-    _armed = True
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            _wanted[sig] = signal.SIG_IGN if signal.getsignal(sig) is signal.SIG_IGN else _stop
+            signal.signal(sig, _wanted[sig])
 
 
 def rearm() -> None:
-    """Inside a flow run, where Prefect has put its own SIGTERM handler in place: put ours back,
-    if `flywheel run` armed it. Prefect restores the one it replaced when the flow run ends."""
-    if _armed and threading.current_thread() is threading.main_thread() \
-            and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
-        signal.signal(signal.SIGTERM, _stop)
+    """Inside a flow run, where Prefect has put its own SIGTERM handler in place (even over an
+    ignored SIGTERM): put back what `flywheel run` wants, if it armed. Prefect restores the one it
+    replaced when the flow run ends."""
+    if signal.SIGTERM in _wanted and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _wanted[signal.SIGTERM])
 
 
 def _stop(signum: int, frame) -> None:
     from flywheel.store import LOCKED
 
+    for sig in _wanted:  # a second Ctrl-C while the children end changes nothing
+        signal.signal(sig, signal.SIG_IGN)
     then = f"continue it with: flywheel run --resume {LOCKED[-1]}" if LOCKED else "no run directory was made yet"
     name = "interrupted" if signum == signal.SIGINT else signal.Signals(signum).name
     sys.stderr.write(f"\n{name}: flywheel run stops here; every finished write is kept; {then}\n")
