@@ -122,6 +122,19 @@ def test_minimax_beats_random_and_never_loses_at_tic_tac_toe():
     assert lost == 0
 
 
+def test_the_ceiling_counts_both_seats_and_a_lost_start_stays_lost():
+    from benchmarks.games_ceiling import win_or_draw
+
+    perfect, mm, rm = MinimaxPlayer("perfect", depth=9), MinimaxPlayer("minimax", depth=3), RandomMover("random")
+    drawn = ttt("x---o----", "x")  # x in a corner, o in the centre: a draw with best play
+    assert win_or_draw(perfect, rm, [drawn], seed=0) == 1.0
+    # x threatens cells 3 and 7 at once and o has no line to win on: o to move is lost, x wins,
+    # so whoever plays, one of the two seats is lost against a player that does not blunder
+    lost_for_o = ttt("xx-xo---o", "o")
+    assert win_or_draw(perfect, mm, [lost_for_o], seed=0) == 0.5
+    assert win_or_draw(mm, perfect, [lost_for_o], seed=0) == 0.5
+
+
 # -- playing through a roster --------------------------------------------------------------
 class Stubborn(Player):
     """Answers cell 1 until it is taken, then keeps answering it (an illegal move)."""
