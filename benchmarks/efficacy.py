@@ -12,7 +12,9 @@ after each iteration is compared with the opponents:
   (goal: <= 0.02).
 
 Per seed one line per goal, then the mean with a 95% CI over the seeds and how many seeds meet
-each goal. Defaults were chosen on seeds 0-4; rerun on others: ``--seeds 5,6,7``.
+each goal; then per category, pooled over the seeds, the in-use version's accuracy at iteration 0
+and at the end beside the best opponent's, and the chance that a model exactly as good as the best
+opponent there would pass the 90% bar on one seed's eval prompts (what the eval split can resolve). Defaults were chosen on seeds 0-4; rerun on others: ``--seeds 5,6,7``.
 
     python -m benchmarks.efficacy --seeds 5,6,7           # ~4 min per seed on 2 cores (2 at a time)
     python -m benchmarks.efficacy --set curate.include_target_wins=false   # an ablation
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -79,6 +82,29 @@ def figures(summary: dict, target: str) -> dict[str, float]:
     }
 
 
+def by_category(summary: dict, target: str) -> dict[str, tuple[float, float, float, str]]:
+    """Per category: the in-use version's eval accuracy after the last iteration and at iteration
+    0, and the best opponent's accuracy there with its name."""
+    from flywheel.reports import in_use_eval
+
+    entries = summary["iterations"]
+    first, last = in_use_eval(summary, entries[0], target), in_use_eval(summary, entries[-1], target)
+    opponents = entries[-1]["opponents_eval"]
+    out = {}
+    for c in sorted(last["accuracy_by_category"]):
+        name = max(opponents, key=lambda o: opponents[o]["accuracy_by_category"].get(c, 0.0))
+        out[c] = (last["accuracy_by_category"][c], first["accuracy_by_category"][c],
+                  opponents[name]["accuracy_by_category"].get(c, 0.0), name)
+    return out
+
+
+def chance_at_least(n: int, p: float, bar: float) -> float:
+    """The chance that a model that gets each of ``n`` prompts right with probability ``p``
+    (independently) scores an accuracy of at least ``bar``: the binomial tail P(S >= bar * n)."""
+    need = max(0, math.ceil(bar * n - 1e-9))
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(need, n + 1))
+
+
 def meets(name: str, value: float) -> bool:
     op, goal = GOALS[name]
     return value >= goal - 1e-9 if op == ">=" else value <= goal + 1e-9
@@ -126,6 +152,35 @@ def main() -> None:
         m, h = mean_ci(per[name])
         ok = sum(meets(name, v) for v in per[name])
         print(f"{name:<16}{op + ' ' + format(goal, 'g'):>10}{f'{m:+.3f} +- {h:.3f}':>20}{f'{ok} of {len(per[name])}':>20}")
+    category_table(seeds, summaries, cfg)
+
+
+def category_table(seeds: list[int], summaries: list[dict], cfg) -> None:
+    """Per category, pooled over the seeds: where a target really stands, beside the resolution
+    of the eval split (what the worst-category goal can tell on one seed)."""
+    from flywheel.world import world_pools
+
+    sizes: dict[str, int] = {}
+    for p in world_pools(cfg.world).eval:
+        sizes[p.category] = sizes.get(p.category, 0) + 1
+    for target in summaries[0]["targets"]:
+        cats = [by_category(s, target) for s in summaries]
+        print(f"\n{target} per category, mean +- 95% CI over the {len(seeds)} seeds (in-use version; eval split):")
+        print(f"{'category':<10}{'prompts':>8}{'iteration 0':>18}{'last':>18}{'best opponent':>20}{'last / best':>13}"
+              f"{'an equal model passes':>23}")
+        equal = 1.0
+        for c in cats[0]:
+            first, last = mean_ci([x[c][1] for x in cats]), mean_ci([x[c][0] for x in cats])
+            top, name, n = cats[0][c][2], cats[0][c][3], sizes[c]
+            # a model exactly as good as the best opponent here (the opponents are the same models,
+            # measured the same, on every seed), its answers right or wrong independently of theirs
+            eq = chance_at_least(n, top, GOALS["worst_category"][1] * round(top * n) / n) if top > 0 else 1.0
+            equal *= eq
+            share = f"{last[0] / top:.2f}" if top > 0 else "-"
+            print(f"{c:<10}{n:>8}{f'{first[0]:.3f} +- {first[1]:.3f}':>18}{f'{last[0]:.3f} +- {last[1]:.3f}':>18}"
+                  f"{f'{name} {top:.3f}':>20}{share:>13}{eq:>23.2f}")
+        print(f"on one seed, a model exactly as good as the best opponent in every category meets the worst-category "
+              f"goal with probability {equal:.2f} (binomial: each prompt right independently)")
 
 
 if __name__ == "__main__":

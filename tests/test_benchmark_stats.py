@@ -46,7 +46,7 @@ def test_parse_seeds_takes_commas_and_spaces():
 
 
 def test_efficacy_figures_follow_the_versions_in_use():
-    from benchmarks.efficacy import figures, meets
+    from benchmarks.efficacy import by_category, figures, meets
 
     def ev(acc, **cats):
         return {"accuracy": acc, "accuracy_by_category": cats}
@@ -65,9 +65,22 @@ def test_efficacy_figures_follow_the_versions_in_use():
     assert abs(f["worst_category"] - 0.5 / 0.8) < 1e-9  # rev: 0.5 of scribe's 0.8
     assert f["forgetting"] == 0.0 and f["worst_step"] == 0.0
     assert meets("overall", f["overall"]) and not meets("worst_category", f["worst_category"])
+    # per category: the version in use (s@1), its iteration 0, the best opponent there
+    assert by_category(summary, "s") == {"add": (0.5, 0.1, 0.6, "calc"), "rev": (0.5, 0.3, 0.8, "scribe")}
     summary["iterations"][2]["current"] = {"s": "s@2"}  # promoted after all
     f = figures(summary, "s")
     assert abs(f["worst_step"] - 0.4) < 1e-9 and abs(f["forgetting"] - 0.1) < 1e-9
+
+
+def test_the_chance_that_an_equal_model_passes_is_a_binomial_tail():
+    from benchmarks.efficacy import chance_at_least
+
+    # P(S >= 1 of 2) at p = 1/2: the bar's edge counts as passing
+    assert abs(chance_at_least(2, 0.5, 0.5) - 0.75) < 1e-12
+    assert abs(chance_at_least(10, 0.3, 0.0) - 1.0) < 1e-12 and abs(chance_at_least(10, 0.3, 1.0) - 0.3**10) < 1e-15
+    # 60 prompts, best opponent right on 15: an equal model needs 14 of 60 (0.9 x 15 = 13.5)
+    direct = sum(math.comb(60, k) * 0.25**k * 0.75 ** (60 - k) for k in range(14, 61))
+    assert abs(chance_at_least(60, 0.25, 0.9 * 15 / 60) - direct) < 1e-12
 
 
 def test_active_eval_arenas_tie_close_pairs_and_bound_what_a_design_can_save():
