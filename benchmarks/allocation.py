@@ -54,10 +54,11 @@ def run_once(policy: str, seed: int, targets: list[tuple[str, float]], args: arg
         "world": {"models_dir": args.models_dir},
         "targets": [{"name": n, "path": base, "learning_rate": lr} for n, lr in targets],
         "select": {"battles_per_iteration": args.battles},
-        "train": {"steps": args.steps},
+        "train": {"steps": args.steps, "weight_decay": 0.0},
         "rating": {"bootstrap_rounds": 0},
         "allocate": {"policy": policy, "signal": args.signal, "sharing": args.sharing},
-        # as the README's figures were measured, before the embedded default's self-distillation and promotion
+        # as the README's figures were measured, before the embedded default's self-distillation,
+        # promotion and weight decay
         "curate": {"include_target_wins": False, "include_target_ties": False},
         "evaluate": {"promotion": "always"},
     })

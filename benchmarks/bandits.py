@@ -127,8 +127,8 @@ def write_skewed_pool(path: Path, categories: list[str], per_cell: int, seed: in
 
 
 # The flywheel settings the README's figures were measured with, before the embedded default
-# grew (4 iterations, 1,200 steps, self-distillation, promotion): the selection is what is compared.
-MEASURED_WITH = ["run.iterations=3", "train.steps=400", "train.learning_rate=0.003",
+# grew (4 iterations, 1,200 steps, self-distillation, promotion, weight decay): the selection is what is compared.
+MEASURED_WITH = ["run.iterations=3", "train.steps=400", "train.learning_rate=0.003", "train.weight_decay=0",
                  "curate.include_target_wins=false", "curate.include_target_ties=false", "evaluate.promotion=always"]
 
 

@@ -67,6 +67,7 @@ def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int
         max_steps=steps,
         per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
         lr_scheduler_type="cosine",
         warmup_steps=min(10, max(steps // 10, 0)),
         logging_steps=max(1, steps // 5),

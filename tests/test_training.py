@@ -131,3 +131,20 @@ def test_sft_args_reach_the_trainer(tiny_models_dir, tmp_path):
     finally:
         progress.trainer_callback = original
     assert seen == [2]
+
+
+def test_weight_decay_shrinks_the_weights_it_applies_to(tiny_models_dir, tmp_path):
+    """train.weight_decay reaches AdamW: the same two steps with a large decay leave the weight
+    matrices smaller; biases and norms are not decayed by transformers' optimizer grouping."""
+    base = str(tiny_models_dir / "student")
+
+    def norms(decay: float) -> dict[str, float]:
+        cfg = TrainConfig(method="sft", steps=2, batch_size=4, learning_rate=1e-3, weight_decay=decay)
+        train_version(base, tmp_path / f"wd{decay}", SFT, None, cfg, steps=2, seed=0)
+        params = AutoModelForCausalLM.from_pretrained(tmp_path / f"wd{decay}").named_parameters()
+        return {n: p.norm().item() for n, p in params}
+
+    plain, decayed = norms(0.0), norms(100.0)  # lr x decay = 0.1 a step: about 15% smaller after two
+    matrix, norm = "transformer.h.0.attn.c_attn.weight", "transformer.h.0.ln_1.weight"
+    assert decayed[matrix] < 0.9 * plain[matrix]
+    assert abs(decayed[norm] - plain[norm]) < 0.01 * plain[norm]
