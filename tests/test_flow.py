@@ -26,7 +26,9 @@ def finished_run(harness, tiny_models_dir, tmp_path_factory):
     from tests.conftest import tiny_tree
 
     root = tmp_path_factory.mktemp("runs")
-    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6))
+    # weight decay 0: the golden digest was written by the code before the stage restructure, which had none
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6,
+                                                  train__weight_decay=0.0))
     run_dir = run_flywheel(cfg.model_dump(mode="json"))  # as the CLI runs it: tagged, on the config's runner
     return RunStore(root / "flow") if run_dir else None
 
@@ -338,7 +340,8 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
                      allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1,
-                     allocate__sharing="federated", allocate__merge_strength=0.5, allocate__signal="loss")
+                     allocate__sharing="federated", allocate__merge_strength=0.5, allocate__signal="loss",
+                     train__weight_decay=0.0)  # as the golden digest was written: before weight decay
     base = str(tiny_models_dir / "student")
     tree["targets"] = [{"name": "fast", "path": base, "learning_rate": 1e-2},
                        {"name": "mid", "path": base}, {"name": "slow", "path": base, "learning_rate": 1e-6}]
