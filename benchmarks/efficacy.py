@@ -14,7 +14,8 @@ after each iteration is compared with the opponents:
 Per seed one line per goal, then the mean with a 95% CI over the seeds and how many seeds meet
 each goal; then per category, pooled over the seeds, the in-use version's accuracy at iteration 0
 and at the end beside the best opponent's, and the chance that a model exactly as good as the best
-opponent there would pass the 90% bar on one seed's eval prompts (what the eval split can resolve). Defaults were chosen on seeds 0-4; rerun on others: ``--seeds 5,6,7``.
+opponent there would pass the 90% bar on one seed's eval prompts (what the eval split can resolve).
+Defaults were chosen on seeds 0-4; rerun on others: ``--seeds 5,6,7``.
 
     python -m benchmarks.efficacy --seeds 5,6,7           # ~4 min per seed on 2 cores (2 at a time)
     python -m benchmarks.efficacy --set curate.include_target_wins=false   # an ablation
@@ -152,10 +153,10 @@ def main() -> None:
         m, h = mean_ci(per[name])
         ok = sum(meets(name, v) for v in per[name])
         print(f"{name:<16}{op + ' ' + format(goal, 'g'):>10}{f'{m:+.3f} +- {h:.3f}':>20}{f'{ok} of {len(per[name])}':>20}")
-    category_table(seeds, summaries, cfg)
+    category_table(summaries, cfg)
 
 
-def category_table(seeds: list[int], summaries: list[dict], cfg) -> None:
+def category_table(summaries: list[dict], cfg) -> None:
     """Per category, pooled over the seeds: where a target really stands, beside the resolution
     of the eval split (what the worst-category goal can tell on one seed)."""
     from flywheel.world import world_pools
@@ -165,7 +166,7 @@ def category_table(seeds: list[int], summaries: list[dict], cfg) -> None:
         sizes[p.category] = sizes.get(p.category, 0) + 1
     for target in summaries[0]["targets"]:
         cats = [by_category(s, target) for s in summaries]
-        print(f"\n{target} per category, mean +- 95% CI over the {len(seeds)} seeds (in-use version; eval split):")
+        print(f"\n{target} per category, mean +- 95% CI over the {len(summaries)} seeds (in-use version; eval split):")
         print(f"{'category':<10}{'prompts':>8}{'iteration 0':>18}{'last':>18}{'best opponent':>20}{'last / best':>13}"
               f"{'an equal model passes':>23}")
         equal = 1.0

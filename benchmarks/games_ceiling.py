@@ -68,18 +68,18 @@ def main() -> None:
             refs[pc.name] = MinimaxPlayer(pc.name, depth=pc.depth)
     if not refs:
         raise SystemExit(f"{args.config}: no reference players (kind random or minimax) among the opponents")
-    cells = max(p.game.cells for p in starts)
-    if cells > 9:  # a plain alpha-beta search to the end is for tic-tac-toe, not Connect Four's 42 cells
+    board = max(p.game.cells for p in starts)
+    if board > 9:  # a plain alpha-beta search to the end is for tic-tac-toe, not Connect Four's 42 cells
         raise SystemExit(f"{args.config}: perfect play is searched to the end only for tic-tac-toe")
-    players = {"perfect play": MinimaxPlayer("perfect", depth=cells), **refs}
+    players = {"perfect play": MinimaxPlayer("perfect", depth=board), **refs}
     print(f"{len(starts)} eval start positions of {args.config}, each in both seats; seeds {seeds}")
     print(f"{'player':<14}" + "".join(f"  vs {name}".ljust(27) for name in refs))
     for name, me in players.items():
-        cells = []
-        for opp_name, opp in refs.items():
+        row = []
+        for opp in refs.values():
             m, half = mean_ci([win_or_draw(me, opp, starts, s) for s in seeds])
-            cells.append(f"  {m:.3f} +- {half:.3f}".ljust(27))
-        print(f"{name:<14}" + "".join(cells))
+            row.append(f"  {m:.3f} +- {half:.3f}".ljust(27))
+        print(f"{name:<14}" + "".join(row))
 
 
 if __name__ == "__main__":
