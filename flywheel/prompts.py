@@ -96,11 +96,23 @@ def detect(row: dict[str, Any]) -> str:
     return "plain"
 
 
+def _field(row: dict[str, Any], *names: str) -> str:
+    """The first of ``names`` the row has (null counts as absent), which must be text; the error
+    names what is wrong."""
+    for name in names:
+        value = row.get(name)
+        if value is not None:
+            if not isinstance(value, str):
+                raise ValueError(f"'{name}' is {type(value).__name__}, not text")
+            return value
+    raise ValueError(f"no '{names[0]}'" + (f" (or '{names[1]}') field" if len(names) > 1 else ""))
+
+
 def _text(row: dict[str, Any], layout: str) -> str:
     if layout == "alpaca":
-        text, extra = row.get("instruction"), row.get("input") or ""
-        if not isinstance(text, str):
-            raise ValueError("no 'instruction'")
+        text, extra = _field(row, "instruction"), row.get("input") or ""
+        if not isinstance(extra, str):
+            raise ValueError(f"'input' is {type(extra).__name__}, not text")
         return f"{text}\n\n{extra}" if extra else text
     if layout == "sharegpt":
         turns = row.get("conversations", row.get("messages"))
@@ -121,10 +133,7 @@ def _text(row: dict[str, Any], layout: str) -> str:
         if not isinstance(turns, list) or not turns or not isinstance(turns[0], dict) or "content" not in turns[0]:
             raise ValueError("'turns' has no first turn with 'content'")
         return str(turns[0]["content"])
-    text = row.get("prompt", row.get("text"))
-    if not isinstance(text, str):
-        raise ValueError("no 'prompt' (or 'text') field")
-    return text
+    return _field(row, "prompt", "text")
 
 
 def _level(value: Any) -> int:

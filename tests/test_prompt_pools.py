@@ -54,11 +54,14 @@ def test_bad_rows_are_named_by_line_and_duplicates_dropped(tmp_path):
         [1, 2],
         {"prompt": "two", "level": "x"},
         {"prompt": "three"},
+        {"instruction": 5},
     ])
     got = ingest(path)
     assert [p.text for p in got.prompts] == ["one", "three"] and got.duplicates == 1
-    assert [w for w, _ in got.bad] == ["mixed.jsonl:2", "mixed.jsonl:3", "mixed.jsonl:6", "mixed.jsonl:7", "mixed.jsonl:8"]
+    assert [w for w, _ in got.bad] == ["mixed.jsonl:2", "mixed.jsonl:3", "mixed.jsonl:6", "mixed.jsonl:7", "mixed.jsonl:8",
+                                     "mixed.jsonl:10"]
     assert "not JSON" in got.bad[0][1] and "no human" in got.bad[1][1] and "empty" in got.bad[2][1]
+    assert got.bad[-1][1] == "'instruction' is int, not text"
     bad_csv = tmp_path / "bad.csv"
     bad_csv.write_text("prompt,category\nok,a\n,b\nfine,c\n")
     assert [w for w, _ in ingest(bad_csv).bad] == ["bad.csv:3"]
