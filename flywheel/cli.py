@@ -91,6 +91,7 @@ def run(
     # stage progress (pre-training, battles, judgments, training); -v: also each player's generation counts
     logging.getLogger("flywheel").setLevel(logging.DEBUG if verbose else logging.INFO)
     interrupt.stop_at_once()  # Ctrl-C and SIGTERM stop at once, with the --resume command
+    interrupt.watch_children()  # and a kill -9 of this process alone leaves no server behind
     try:
         run_dir = Path(run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None))
     except RunLockedError as e:

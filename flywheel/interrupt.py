@@ -9,6 +9,14 @@ not finished (the same as after a kill -9), so stopping at once loses nothing.
 Only `flywheel run` arms this (``stop_at_once``); a flow run of a deployment keeps Prefect's SIGTERM
 handling, which its cancellation relies on. A signal the shell made the process ignore (a
 background job's SIGINT) stays ignored, inside the flow run too.
+
+A `flywheel run` killed alone (``kill -9 PID``, the kernel's OOM killer) runs no handler at all, and
+its children would live on: Prefect's temporary server holding its port, memory and database, a
+training launcher or a Dask worker. ``watch_children`` starts a small watchdog process
+(``python -m flywheel.interrupt WATCH PID``) that notes the run's descendants every
+``WATCH_INTERVAL_S`` and, once the run is gone, ends the ones it last saw (a child started in the
+run's last moment may escape it). Killing the whole process group kills the watchdog too, with
+everything else.
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
+
+WATCH_INTERVAL_S = 0.5
 
 # signal -> what `flywheel run` wants for it: _stop, or SIG_IGN where it found the signal ignored
 _wanted: dict[int, Any] = {}
@@ -61,6 +72,14 @@ def end_children(grace_s: float = 3.0) -> None:
         children = psutil.Process().children(recursive=True)
     except psutil.Error:
         return
+    end(children, grace_s)
+
+
+def end(children: list, grace_s: float = 3.0) -> None:
+    """Terminate ``children`` (psutil processes), then kill the ones still there after ``grace_s``.
+    psutil refuses to signal a pid that has since been reused by another process."""
+    import psutil
+
     for c in children:
         try:
             c.terminate()
@@ -72,3 +91,31 @@ def end_children(grace_s: float = 3.0) -> None:
             c.kill()
         except psutil.Error:
             pass
+
+
+def watch_children() -> None:
+    """Start the watchdog that ends this process's descendants if it dies without ending them."""
+    import subprocess
+
+    subprocess.Popen([sys.executable, "-m", "flywheel.interrupt", "WATCH", str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+
+
+def watch(parent: int) -> None:
+    """The watchdog's loop: while ``parent`` lives (it is still this process's parent), note its
+    other descendants; then end the ones last seen."""
+    import psutil
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a terminal's Ctrl-C ends it quietly; the run ends its children
+    me, seen = os.getpid(), []
+    while os.getppid() == parent:
+        try:
+            seen = [c for c in psutil.Process(parent).children(recursive=True) if c.pid != me]
+        except psutil.Error:
+            break
+        time.sleep(WATCH_INTERVAL_S)
+    end([c for c in seen if c.is_running()])
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "WATCH":
+    watch(int(sys.argv[2]))

@@ -110,3 +110,27 @@ def test_a_run_directory_made_before_the_stage_restructure_resumes(tiny_models_d
     assert [e["iteration"] for e in summary["iterations"]] == [0, 1]
     assert summary["iterations"][0] == before["iterations"][0]
     assert summary["iterations"][1]["battles"] == 48 and (run_dir / "models" / "student@1" / "config.json").exists()
+
+
+def test_a_run_killed_alone_leaves_no_process_behind(tiny_config, cli_env):
+    """kill -9 of `flywheel run`'s process alone (as the OOM killer does), not of its group: its
+    watchdog ends what it started, Prefect's temporary server first of all."""
+    import psutil
+
+    cfg, path = tiny_config(run__name="alone", select__battles_per_iteration=96, run__shard_size=24)
+    env = {k: v for k, v in cli_env.items() if k != "PREFECT_API_URL"}  # no server: Prefect starts its own
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    first_shard = cfg.run.root / "alone" / "battles" / "iter-0001-train-r1-s0000.parquet"
+    deadline = time.time() + 240
+    while not first_shard.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
+    children = psutil.Process(proc.pid).children(recursive=True)
+    commands = [" ".join(c.cmdline()) for c in children]
+    assert any("uvicorn" in c for c in commands) and any("flywheel.interrupt WATCH" in c for c in commands)
+    proc.kill()
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    _, alive = psutil.wait_procs(children, timeout=20)
+    assert not alive, [" ".join(c.cmdline()) for c in alive]
