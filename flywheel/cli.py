@@ -12,7 +12,7 @@ import typer
 
 from flywheel import reports
 from flywheel.config import ConfigError, load_config
-from flywheel.cli_data import IN_USE, RUNTIME, Format, data_app, fail, models_app, refuse_together
+from flywheel.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
 from flywheel.store import RunLockedError
 from judges.guard import JudgeGuardError
 
@@ -395,6 +395,32 @@ def main() -> None:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as e:
+        damaged = damaged_file(e)
+        if damaged is None:
+            raise
+        sys.stderr.write(f"error: {damaged}\n")
+        sys.exit(USAGE)
+
+
+def damaged_file(e: BaseException) -> str | None:
+    """A one-line message for a run's file on disk that cannot be read (a JSON file, or a Parquet
+    file, which pyarrow names), or None for any other error. A run writes every file atomically:
+    such a file was cut short or changed by something else."""
+    from flywheel.store import DamagedFileError
+
+    pa = sys.modules.get("pyarrow")
+
+    def damaged(x: BaseException) -> bool:
+        return isinstance(x, DamagedFileError) or (pa is not None and isinstance(x, pa.ArrowInvalid)
+                                                    and "Parquet" in str(x))
+
+    while e is not None and not damaged(e):
+        e = e.__cause__ or e.__context__
+    if e is None:
+        return None
+    return (f"{' '.join(str(e).split())} (a run writes its files atomically: this one was cut short or changed "
+            "outside the flywheel; restore it from a copy)")
 
 
 if __name__ == "__main__":

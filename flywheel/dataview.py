@@ -46,9 +46,19 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
                          "bytes": dir_size(d), "path": str(d.relative_to(run_dir))})
     for log in ("battles", "judgments"):
         for k, shards in store.log_shards(log).items():
-            rows.append({"iteration": k, "dataset": log, "rows": sum(pq.ParquetFile(p).metadata.num_rows for p in shards),
+            rows.append({"iteration": k, "dataset": log, "rows": sum(parquet_rows(p) for p in shards),
                          "bytes": sum(p.stat().st_size for p in shards), "path": f"{log}/{iter_name(k)}-*.parquet"})
     return sorted(rows, key=lambda r: (r["iteration"], r["dataset"]))
+
+
+def parquet_rows(path: Path) -> int:
+    """Rows of one Parquet file, from its footer; a damaged file's error names it."""
+    import pyarrow as pa
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except pa.ArrowInvalid as e:
+        raise pa.ArrowInvalid(f"Could not open Parquet input source '{path}': {e}") from e
 
 
 def count_rows(path: Path) -> int:

@@ -95,10 +95,18 @@ def save_checkpoint(model, tokenizer, out: Path, extra: dict[str, str] | None = 
     atomic_write_dir(out, fill)
 
 
+class DamagedFileError(ValueError):
+    """A file of a run directory that cannot be read. The run writes every file atomically, so it was
+    cut short or changed by something else; the CLI says so in one line (exit 2)."""
+
+
 def read_json(path: Path, default: Any = None) -> Any:
     if not path.exists():
         return default
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DamagedFileError(f"{path}: not valid JSON ({e})") from e
 
 
 def iter_name(k: int) -> str:

@@ -533,3 +533,21 @@ def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run
 
     assert asset_key(finished_run.root / "iter-0001" / "sft") in assets
     assert asset_key(finished_run.root / "models" / "student@2") in assets
+
+
+def test_a_damaged_file_in_a_run_directory_is_named_in_one_line(finished_run, cli_env, tmp_path):
+    """A run writes atomically, so a file it cannot read was changed outside it: the commands that
+    read it say which file, in one line, exit 2, with no traceback."""
+    import shutil
+
+    run = tmp_path / "damaged"
+    shutil.copytree(finished_run.root, run)
+    shard = sorted((run / "battles").glob("iter-0001-train-*.parquet"))[0]
+    shard.write_bytes(shard.read_bytes()[:200])
+    ratings = sorted((run / "ratings").glob("iter-*.json"))[-1]
+    ratings.write_text(ratings.read_text()[:50])
+    for args, named in ((["data", "ls", str(run)], shard), (["elo", str(run)], ratings)):
+        p = subprocess.run([sys.executable, "-m", "flywheel.cli", *args], env=cli_env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+        assert p.stderr.startswith("error: ") and str(named) in p.stderr and len(p.stderr.splitlines()) == 1
