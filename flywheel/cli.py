@@ -404,23 +404,18 @@ def main() -> None:
 
 
 def damaged_file(e: BaseException) -> str | None:
-    """A one-line message for a run's file on disk that cannot be read (a JSON file, or a Parquet
-    file, which pyarrow names), or None for any other error. A run writes every file atomically:
-    such a file was cut short or changed by something else."""
-    from flywheel.store import DamagedFileError
+    """A one-line message for a file on disk that cannot be read (``DamagedFileError``: a run's JSON
+    file, a checkpoint's weights; or a Parquet file, which pyarrow names), or None for any other error."""
+    from flywheel.store import DAMAGED_HINT, DamagedFileError
 
     pa = sys.modules.get("pyarrow")
-
-    def damaged(x: BaseException) -> bool:
-        return isinstance(x, DamagedFileError) or (pa is not None and isinstance(x, pa.ArrowInvalid)
-                                                    and "Parquet" in str(x))
-
-    while e is not None and not damaged(e):
+    while e is not None:
+        if isinstance(e, DamagedFileError):
+            return " ".join(str(e).split())
+        if pa is not None and isinstance(e, pa.ArrowInvalid) and "Parquet" in str(e):
+            return f"{' '.join(str(e).split())} ({DAMAGED_HINT})"
         e = e.__cause__ or e.__context__
-    if e is None:
-        return None
-    return (f"{' '.join(str(e).split())} (a run writes its files atomically: this one was cut short or changed "
-            "outside the flywheel; restore it from a copy)")
+    return None
 
 
 if __name__ == "__main__":

@@ -82,6 +82,18 @@ def atomic_write_dir(out: Path, fill: Callable[[Path], None]) -> None:
     tmp.rename(out)
 
 
+def load_checkpoint(path: str | Path, **kwargs: Any):
+    """``AutoModelForCausalLM.from_pretrained``; weights that cannot be read (a file cut short or
+    changed outside the flywheel) raise ``DamagedFileError`` naming the checkpoint."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except SafetensorError as e:
+        raise DamagedFileError(f"{path}: its weights cannot be read ({e}); restore the checkpoint from a copy") from e
+
+
 def save_checkpoint(model, tokenizer, out: Path, extra: dict[str, str] | None = None) -> None:
     """``save_pretrained`` a model and its tokenizer (and ``extra`` files: name -> text)
     atomically: a temporary directory, then a rename."""
@@ -96,8 +108,13 @@ def save_checkpoint(model, tokenizer, out: Path, extra: dict[str, str] | None = 
 
 
 class DamagedFileError(ValueError):
-    """A file of a run directory that cannot be read. The run writes every file atomically, so it was
-    cut short or changed by something else; the CLI says so in one line (exit 2)."""
+    """A file that cannot be read: a run's JSON file, a checkpoint's weights. The flywheel writes
+    every file atomically, so it was cut short or changed by something else; the CLI says so in one
+    line (exit 2)."""
+
+
+DAMAGED_HINT = "the flywheel writes its files atomically: this one was cut short or changed by something else; " \
+               "restore it from a copy"
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -106,7 +123,7 @@ def read_json(path: Path, default: Any = None) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DamagedFileError(f"{path}: not valid JSON ({e})") from e
+        raise DamagedFileError(f"{path}: not valid JSON ({e}; {DAMAGED_HINT})") from e
 
 
 def iter_name(k: int) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.config import TrainConfig
-from flywheel.store import save_checkpoint
+from flywheel.store import load_checkpoint, save_checkpoint
 
 log = logging.getLogger("flywheel")
 
@@ -112,10 +112,10 @@ def train_version(
     With no steps or no data the new version is a copy (the version still advances, so every
     iteration has one version per target)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, cfg.dtype))
+    model = load_checkpoint(base, dtype=getattr(torch, cfg.dtype))
     hw, length = Hardware.detect(), max_length(cfg, model)
     if adapter is not None:
         from peft import PeftModel

@@ -535,7 +535,7 @@ def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run
     assert asset_key(finished_run.root / "models" / "student@2") in assets
 
 
-def test_a_damaged_file_in_a_run_directory_is_named_in_one_line(finished_run, cli_env, tmp_path):
+def test_a_damaged_run_file_or_checkpoint_is_named_in_one_line(finished_run, cli_env, tmp_path):
     """A run writes atomically, so a file it cannot read was changed outside it: the commands that
     read it say which file, in one line, exit 2, with no traceback."""
     import shutil
@@ -551,3 +551,15 @@ def test_a_damaged_file_in_a_run_directory_is_named_in_one_line(finished_run, cl
                            text=True, timeout=120)
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
         assert p.stderr.startswith("error: ") and str(named) in p.stderr and len(p.stderr.splitlines()) == 1
+    # a checkpoint whose weights were cut short: the run stops at its first load, naming it
+    model = tmp_path / "damaged-student"
+    shutil.copytree(finished_run.root / "models" / "student@1", model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    cfg = yaml.safe_load((finished_run.root / "config.yaml").read_text())
+    cfg["targets"][0]["path"], cfg["run"]["name"] = str(model), "damaged-model"
+    (tmp_path / "damaged.yaml").write_text(yaml.safe_dump(cfg))
+    p = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(tmp_path / "damaged.yaml")], env=cli_env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"error: {model}: its weights cannot be read" in p.stderr

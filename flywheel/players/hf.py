@@ -44,7 +44,9 @@ class TransformersPlayer(Player):
 
     def _load(self, name: str, path: str, batch_size: int, chat: str, system_prompt: str | None,
               device: str, dtype: str) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
+
+        from flywheel.store import load_checkpoint
 
         self.name = name
         self.path = path
@@ -58,7 +60,7 @@ class TransformersPlayer(Player):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.device = resolve_device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, self.device)).to(self.device)
+        self.model = load_checkpoint(path, dtype=resolve_dtype(dtype, self.device)).to(self.device)
         self.model.eval()
 
     def render(self, prompt: Prompt) -> str:
