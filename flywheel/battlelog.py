@@ -190,7 +190,7 @@ def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
     """(where, row or the reason it is bad) of every row, by the file's format."""
     rows: list[tuple[str, Any]] = []
     if suffix in (".jsonl", ".ndjson"):
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -199,11 +199,11 @@ def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
                 rows.append((f"line {n}", f"invalid JSON: {e.msg}"))
     elif suffix == ".json":
         try:
-            rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8"))]
+            rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8-sig"))]
         except BattleLogError as e:
             raise BattleLogError(f"{path}: {e}") from None
     elif suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
             cols = set(reader.fieldnames or [])
             if not {"model_a", "model_b", "winner"} <= cols:
@@ -231,12 +231,12 @@ def read_reference(path: str | Path) -> dict[str, float]:
     if not path.is_file():
         raise BattleLogError(f"{path}: no such file")
     if path.suffix.lower() == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
         if isinstance(data, dict):
             return {str(k): float(v) for k, v in data.items()}
         records = data
     else:
-        with path.open(newline="", encoding="utf-8") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
             records = list(csv.DictReader(f))
     out = {}
     for n, r in enumerate(records, 1):

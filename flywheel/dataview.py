@@ -93,11 +93,11 @@ def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
                 break
         return rows[:limit] if limit is not None else rows
     if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
         data = data if isinstance(data, list) else [data]
         return data[:limit] if limit is not None else data
     rows = []
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue

@@ -46,12 +46,12 @@ def _rows(path: Path) -> list[tuple[str, Any]]:
     if path.suffix == ".csv":
         return _csv_rows(path)
     if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
         if not isinstance(data, list):
             raise ValueError(f"{name}: expected a JSON array of rows")
         return [(f"{name}:row {i + 1}", r) for i, r in enumerate(data)]
     out: list[tuple[str, Any]] = []
-    with path.open(encoding="utf-8") as fh:
+    with path.open(encoding="utf-8-sig") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -67,7 +67,7 @@ def _csv_rows(path: Path) -> list[tuple[str, Any]]:
     comma in a prompt) comes back as a ValueError; so does a quote left open, which would otherwise
     swallow the rest of the file into one prompt: the file is read no further."""
     out: list[tuple[str, Any]] = []
-    with path.open(newline="", encoding="utf-8") as fh:
+    with path.open(newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh, strict=True)
         while True:
             after = reader.line_num

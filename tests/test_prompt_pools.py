@@ -77,6 +77,17 @@ def test_bad_rows_are_named_by_line_and_duplicates_dropped(tmp_path):
         ingest(path, "xml")
 
 
+def test_pool_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):
+    """Excel's "CSV UTF-8" and some Windows tools start a file with a UTF-8 byte order mark."""
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "p.csv").write_bytes(bom + b"prompt,category\nhello,chat\n")
+    (tmp_path / "p.jsonl").write_bytes(bom + b'{"prompt": "hello", "category": "chat"}\n')
+    (tmp_path / "p.json").write_bytes(bom + b'[{"prompt": "hello", "category": "chat"}]')
+    for name in ("p.csv", "p.jsonl", "p.json"):
+        got = ingest(tmp_path / name)
+        assert not got.bad and [(p.text, p.category) for p in got.prompts] == [("hello", "chat")], name
+
+
 def test_pools_join_the_train_pool_without_eval_prompts(tmp_path):
     cfg = FlywheelConfig()
     train, evals, validation = prompt_pools(cfg.world.tasks)

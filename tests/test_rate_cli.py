@@ -163,3 +163,18 @@ def test_a_long_json_list_names_the_line_of_each_bad_record(log, tmp_path):
         raise AssertionError("invalid JSON was read")
     except BattleLogError as e:
         assert f"line {broken}: invalid JSON" in str(e), str(e)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "json", "csv"])
+def test_a_log_saved_with_a_byte_order_mark_reads_as_without(log, tmp_path, suffix):
+    """Excel's "CSV UTF-8" and some Windows tools start a file with a UTF-8 byte order mark."""
+    from flywheel.battlelog import read_battles
+
+    path = tmp_path / f"b.{suffix}"
+    {"jsonl": lambda: log.head(40).to_json(path, orient="records", lines=True),
+     "json": lambda: log.head(40).to_json(path, orient="records", indent=1),
+     "csv": lambda: log.head(40).to_csv(path, index=False)}[suffix]()
+    plain = read_battles(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    good, bad = read_battles(path)
+    assert not bad and len(good) == 40 and good == plain[0]
