@@ -43,6 +43,7 @@ from pathlib import Path
 
 from benchmarks.stats import parse_seeds
 
+RUN = [sys.executable, "-m", "flywheel.cli", "run"]
 SHORT = ["select.battles_per_iteration=600", "train.steps=100", "run.iterations=2"]
 KEY_ENV = "FLYWHEEL_KILLS_API_KEY"
 FAULTS = [500, None, None, None, "malformed", None, None, None, None, None]
@@ -100,7 +101,7 @@ def logged_once(run_dir: Path) -> list[str]:
 
 def command(config: str | None, overrides: list[str], root: Path, name: str) -> list[str]:
     sets = [a for o in [*overrides, f"run.root={root}", f"run.name={name}"] for a in ("--set", o)]
-    return [sys.executable, "-m", "flywheel.cli", "run", *([config] if config else []), *sets]
+    return [*RUN, *([config] if config else []), *sets]
 
 
 def killed_run(cmd: list[str], run_dir: Path, rng: random.Random, max_delay: float, env: dict) -> int:
@@ -121,7 +122,7 @@ def killed_run(cmd: list[str], run_dir: Path, rng: random.Random, max_delay: flo
                 raise SystemExit(f"{run_dir.name}: exit {proc.returncode} after {kills} kills:\n{err.decode()[-3000:]}")
             return kills
         resumable = (run_dir / "config.yaml").exists()
-        start = [*cmd[:4], "--resume", str(run_dir)] if resumable else cmd
+        start = [*RUN, "--resume", str(run_dir)] if resumable else cmd
 
 
 def api_recipe(root: Path, opponent_url: str, judge_url: str) -> Path:

@@ -52,13 +52,15 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def parquet_rows(path: Path) -> int:
-    """Rows of one Parquet file, from its footer; a damaged file's error names it."""
+    """Rows of one Parquet file, from its footer; a damaged file raises ``DamagedFileError`` naming it."""
     import pyarrow as pa
+
+    from flywheel.store import DAMAGED_HINT, DamagedFileError
 
     try:
         return pq.ParquetFile(path).metadata.num_rows
     except pa.ArrowInvalid as e:
-        raise pa.ArrowInvalid(f"Could not open Parquet input source '{path}': {e}") from e
+        raise DamagedFileError(f"{path}: not a readable Parquet file ({e}; {DAMAGED_HINT})") from e
 
 
 def count_rows(path: Path) -> int:

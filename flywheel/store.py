@@ -82,6 +82,16 @@ def atomic_write_dir(out: Path, fill: Callable[[Path], None]) -> None:
     tmp.rename(out)
 
 
+class DamagedFileError(ValueError):
+    """A file that cannot be read: a run's JSON or Parquet file, a checkpoint's weights. The flywheel writes
+    every file atomically, so it was cut short or changed by something else; the CLI says so in one
+    line (exit 2)."""
+
+
+DAMAGED_HINT = "the flywheel writes its files atomically: this one was cut short or changed by something else; " \
+               "restore it from a copy"
+
+
 def load_checkpoint(path: str | Path, **kwargs: Any):
     """``AutoModelForCausalLM.from_pretrained``; weights that cannot be read (a file cut short or
     changed outside the flywheel) raise ``DamagedFileError`` naming the checkpoint."""
@@ -105,16 +115,6 @@ def save_checkpoint(model, tokenizer, out: Path, extra: dict[str, str] | None = 
             (tmp / name).write_text(text, encoding="utf-8")
 
     atomic_write_dir(out, fill)
-
-
-class DamagedFileError(ValueError):
-    """A file that cannot be read: a run's JSON file, a checkpoint's weights. The flywheel writes
-    every file atomically, so it was cut short or changed by something else; the CLI says so in one
-    line (exit 2)."""
-
-
-DAMAGED_HINT = "the flywheel writes its files atomically: this one was cut short or changed by something else; " \
-               "restore it from a copy"
 
 
 def read_json(path: Path, default: Any = None) -> Any:
