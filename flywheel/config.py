@@ -108,6 +108,9 @@ class GamesConfig(Strict):
     symmetries: bool = Field(False, description="Also learn each SFT example and DPO pair in every rotation and "
                              "reflection of its board (tic-tac-toe's 8, Connect Four's mirror): the rules are the "
                              "same there. Images that are eval or validation start positions are dropped.")
+    missed_moves: bool = Field(False, description="Where a target lost, also learn its last move as it should have "
+                               "been: the win it missed, else the cell the winner then won on (a block). SFT and "
+                               "DPO rows whose source is 'rules'.")
     pretrain_examples: int = Field(4000, ge=1, description="Tiny game models: (position, random legal move) "
                                    "pre-training examples (they learn the format, not the game).")
     seed: int = Field(1234, description="Seed of the start positions.")

@@ -261,6 +261,30 @@ def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_pos
     assert held.dpo == [] and held.dropped["contaminated"] >= 2  # a held-out position never reaches training
 
 
+def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
+    from flywheel.config import CurateConfig
+    from flywheel.games.rules import CONNECT4
+
+    blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # o took 9, x won on 3: block 3
+    won = battle(EMPTY_TTT, "1 3 9 6", "2 5 4", "minimax", "student@1", "win")  # o had 2-5-8 and took 4
+    c4 = battle(CONNECT4.initial().text(), "1 2 3 4", "1 2 3", "minimax", "student@1", "c4")  # o on top of x's 3; x won in column 4
+    forfeit = battle(EMPTY_TTT, "1 2", "5 5|5|5|!", "minimax", "student@1", "ff")  # no move of the board to correct
+    games = [blocked, won, c4, forfeit]
+    js = {j.battle_id: j for j in GameJudge().judge(games)}
+    assert all(j.winner == "model_a" for j in js.values())
+    off = curate_games(games, js, ["student"], set(), CurateConfig(), "terse")
+    assert "rules" not in {r.source_model for r in off.sft} | {p.chosen_model for p in off.dpo}
+    on = curate_games(games, js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    rules = [(r.battle_id, r.prompt, r.completion) for r in on.sft if r.source_model == "rules"]
+    assert rules == [("blk", "ttt xx34o6789 o=", "3"), ("win", "ttt xox4o678x o=", "8"),
+                     ("c4", "c4 " + "-" * 21 + "12-----oo3----xxx4567 o=", "4")]
+    pairs = [(p.battle_id, p.chosen, p.rejected, p.rejected_model) for p in on.dpo if p.chosen_model == "rules"]
+    assert pairs == [("blk", "3", "9", "student@1"), ("win", "8", "4", "student@1"), ("c4", "4", "3", "student@1")]
+    assert [r for r in on.sft if r.source_model != "rules"] == off.sft  # the winners' moves are as before
+    held = curate_games(games, js, ["student"], {"ttt xx34o6789 o="}, CurateConfig(), "terse", missed=True)
+    assert "ttt xx34o6789 o=" not in {r.prompt for r in held.sft + held.dpo}  # a held-out position stays out
+
+
 # -- self-play -----------------------------------------------------------------------------
 def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
     from flywheel.config import SelectConfig

@@ -11,6 +11,12 @@ by eventual winners and by eventual losers are counted over all the iteration's 
 the target lost after a move that a winner did not play there, the pair is (the winners' most
 frequent move, the target's move), one per (target, position). Draws teach nothing here.
 
+With ``missed`` (``world.games.missed_moves``), where a target lost, its last move is also learnt
+as it should have been, as the rules show it: the win it had there, else the cell the winner won
+on next (a block; in Connect Four only where the target's own move was in another column, so that
+the cell is where its piece would land). These rows' source is ``rules``. Winners' moves alone
+teach a target to finish its own lines; a loss's last move is where it failed to stop the other.
+
 With ``symmetric``, every SFT example and DPO pair is also learnt in each rotation and reflection
 of its board (``rules.symmetries``), once per (target, position): the rules are the same there,
 so the images are as true as the original. An image that is a held-out (eval or validation)
@@ -23,7 +29,7 @@ from collections import Counter
 from dataclasses import replace
 
 from flywheel.curation import Curated, decisive
-from flywheel.games.referee import replay
+from flywheel.games.referee import Ply, replay
 from flywheel.games.rules import parse_position, symmetries
 from flywheel.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 
@@ -31,15 +37,18 @@ SEAT = {"model_a": "a", "model_b": "b"}
 RULES = {"sft": "every move of the winner of a decisive game a target lost (the position, the move); the "
                 "winners' most frequent move per position with dedup",
          "dpo": "(the winners' most frequent move, the target's move) in positions where the target moved and lost"}
+MISSED = {"sft": "; where a target lost, its last move corrected by the rules (the win it missed, else the block)",
+          "dpo": "; where a target lost, (the win it missed or the block, its last move)"}
 
 
 def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
-                 cfg, style: str, symmetric: bool = False) -> Curated:
+                 cfg, style: str, symmetric: bool = False, missed: bool = False) -> Curated:
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
     winning: dict[str, Counter] = {}  # position text -> winners' moves there
     won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
     losing: dict[tuple[str, str], list[tuple[int, Battle, str]]] = {}  # (target, position) -> its losing moves
     target_set = set(targets)
+    corrected: list[tuple[str, str, int, int, Battle, str]] = []  # (target, position, right move, its move, battle, version)
     for b in battles:
         j = decisive(b, judgments.get(b.battle_id), dropped)
         if j is None:
@@ -51,7 +60,12 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
             learners = [base_name(players[lose_seat])]
         else:
             learners = [base_name(players[win_seat])] if cfg.include_target_wins else []
-        for ply in replay(b.prompt, b.response_a, b.response_b).plies:
+        plies = replay(b.prompt, b.response_a, b.response_b).plies
+        last = _missed_move(plies, win_seat) if missed and base_name(players[lose_seat]) in target_set else None
+        if last is not None and last[0].position.text(style) not in held_out:
+            corrected.append((base_name(players[lose_seat]), last[0].position.text(style), last[1], last[0].move, b,
+                              players[lose_seat]))
+        for ply in plies:
             text = ply.position.text(style)
             if text in held_out:
                 dropped["contaminated"] += 1
@@ -69,6 +83,13 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
             continue
         kept.add((t, text))
         sft.append(SFTExample(text, str(move), _pid(text), b.category, winner, b.battle_id, b.iteration, t))
+    rule_pairs: dict[tuple[str, str], DPOPair] = {}
+    for t, text, right, move, b, version in corrected:
+        if (t, text) not in kept:
+            kept.add((t, text))
+            sft.append(SFTExample(text, str(right), _pid(text), b.category, "rules", b.battle_id, b.iteration, t))
+        rule_pairs.setdefault((t, text), DPOPair(text, str(right), str(move), _pid(text), b.category, "rules", version,
+                                                 b.battle_id, b.iteration, t))
     dpo = []
     for (t, text), moves in losing.items():
         if text not in winning:
@@ -79,6 +100,8 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
                 dpo.append(DPOPair(text, str(chosen), str(move), _pid(text), b.category, "winners", player,
                                    b.battle_id, b.iteration, t))
                 break
+    paired = {(p.target, p.prompt) for p in dpo}
+    dpo += [p for key, p in rule_pairs.items() if key not in paired]
     if symmetric:
         sft = _with_images(sft, ("completion",), held_out, dropped, style)
         dpo = _with_images(dpo, ("chosen", "rejected"), held_out, dropped, style)
@@ -104,6 +127,23 @@ def _with_images(rows: list, moves: tuple[str, ...], held_out: set[str], dropped
             seen.add((r.target, text))
             out.append(replace(r, prompt=text, prompt_id=_pid(text), **{m: str(img[1]) for m, img in zip(moves, images)}))
     return out
+
+
+def _missed_move(plies: tuple[Ply, ...], win_seat: str) -> tuple[Ply, int] | None:
+    """The loser's last move of a game won on the board, and the move the rules say it should have
+    played there: a win of its own, else the cell the winner then won on. None where there is no
+    such move (a forfeit, a game too short, a column the loser's own piece filled)."""
+    if len(plies) < 2 or plies[-1].seat != win_seat or plies[-2].seat == win_seat:
+        return None
+    final, before = plies[-1], plies[-2]
+    if final.position.play(final.move).winner() is None:
+        return None
+    pos = before.position
+    wins = [m for m in pos.legal_moves() if pos.play(m).winner() is not None]
+    right = wins[0] if wins else final.move
+    if right == before.move or right not in pos.legal_moves():
+        return None
+    return before, right
 
 
 def _best(moves: Counter) -> int:
