@@ -62,9 +62,8 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
             learners = [base_name(players[win_seat])] if cfg.include_target_wins else []
         plies = replay(b.prompt, b.response_a, b.response_b).plies
         last = _missed_move(plies, win_seat) if missed and base_name(players[lose_seat]) in target_set else None
-        if last is not None and last[0].position.text(style) not in held_out:
-            corrected.append((base_name(players[lose_seat]), last[0].position.text(style), last[1], last[0].move, b,
-                              players[lose_seat]))
+        if last is not None and (lost_at := last[0].position.text(style)) not in held_out:
+            corrected.append((base_name(players[lose_seat]), lost_at, last[1], last[0].move, b, players[lose_seat]))
         for ply in plies:
             text = ply.position.text(style)
             if text in held_out:
@@ -132,7 +131,8 @@ def _with_images(rows: list, moves: tuple[str, ...], held_out: set[str], dropped
 def _missed_move(plies: tuple[Ply, ...], win_seat: str) -> tuple[Ply, int] | None:
     """The loser's last move of a game won on the board, and the move the rules say it should have
     played there: a win of its own, else the cell the winner then won on. None where there is no
-    such move (a forfeit, a game too short, a column the loser's own piece filled)."""
+    such move (a forfeit, a game too short, a Connect Four column where the winner's piece landed on
+    the loser's own: the loser's piece already stood where the block would go)."""
     if len(plies) < 2 or plies[-1].seat != win_seat or plies[-2].seat == win_seat:
         return None
     final, before = plies[-1], plies[-2]
@@ -141,7 +141,7 @@ def _missed_move(plies: tuple[Ply, ...], win_seat: str) -> tuple[Ply, int] | Non
     pos = before.position
     wins = [m for m in pos.legal_moves() if pos.play(m).winner() is not None]
     right = wins[0] if wins else final.move
-    if right == before.move or right not in pos.legal_moves():
+    if right == before.move:
         return None
     return before, right
 
