@@ -1,6 +1,6 @@
 # make demo: install, then run the flywheel on the embedded default (offline, CPU).
 # make demo-llm: the same flywheel with a real instruct LLM (SmolLM2-135M-Instruct) as the target.
-# make test: install, then run the test suite.
+# make test: install, then run the test suite (one pytest worker per core, at most 4).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -35,8 +35,9 @@ demo-llm: install
 	$(VENV)/bin/flywheel models add smollm2
 	$(VENV)/bin/flywheel run flows/recipes/smollm2.yaml
 
+# One worker per core (at most 4): each builds its own tiny models and starts its own Prefect server.
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest --numprocesses auto --maxprocesses 4
 
 clean:
 	rm -rf data/runs .prefect .hf .pytest_cache
