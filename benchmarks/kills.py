@@ -23,7 +23,7 @@ Runs are compared at one thread (``OMP_NUM_THREADS=1``) so that training is the 
 Each seed prints its kills, and ``identical`` or the differences.
 
     python -m benchmarks.kills --seeds 1,2,3                  # the embedded default, shortened
-    python -m benchmarks.kills --config flows/recipes/tictactoe.yaml --seeds 1,2 \
+    python -m benchmarks.kills --config flows/recipes/tictactoe.yaml --seeds 1,2 \\
         --set select.battles_per_iteration=300 --set train.steps=100 --set run.iterations=2
     python -m benchmarks.kills --api --seeds 1,2,3            # API players with faults
 """
