@@ -267,7 +267,8 @@ def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
 
     blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # o took 9, x won on 3: block 3
     won = battle(EMPTY_TTT, "1 3 9 6", "2 5 4", "minimax", "student@1", "win")  # o had 2-5-8 and took 4
-    c4 = battle(CONNECT4.initial().text(), "1 2 3 4", "1 2 3", "minimax", "student@1", "c4")  # o on top of x's 3; x won in column 4
+    # o played on top of x's 3 and x won in column 4: the block is 4
+    c4 = battle(CONNECT4.initial().text(), "1 2 3 4", "1 2 3", "minimax", "student@1", "c4")
     forfeit = battle(EMPTY_TTT, "1 2", "5 5|5|5|!", "minimax", "student@1", "ff")  # no move of the board to correct
     games = [blocked, won, c4, forfeit]
     js = {j.battle_id: j for j in GameJudge().judge(games)}

@@ -48,7 +48,8 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
     won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
     losing: dict[tuple[str, str], list[tuple[int, Battle, str]]] = {}  # (target, position) -> its losing moves
     target_set = set(targets)
-    corrected: list[tuple[str, str, int, int, Battle, str]] = []  # (target, position, right move, its move, battle, version)
+    # (target, position, the right move, its move, battle, its version): missed moves, in log order
+    corrected: list[tuple[str, str, int, int, Battle, str]] = []
     for b in battles:
         j = decisive(b, judgments.get(b.battle_id), dropped)
         if j is None:
@@ -56,14 +57,16 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
         win_seat = SEAT[j.winner]
         players = {"a": b.model_a, "b": b.model_b}
         lose_seat = "b" if win_seat == "a" else "a"
-        if base_name(players[lose_seat]) in target_set:  # Arena Learning: what beat a target is learnt
-            learners = [base_name(players[lose_seat])]
+        loser = base_name(players[lose_seat])
+        target_lost = loser in target_set
+        if target_lost:  # Arena Learning: what beat a target is learnt
+            learners = [loser]
         else:
             learners = [base_name(players[win_seat])] if cfg.include_target_wins else []
         plies = replay(b.prompt, b.response_a, b.response_b).plies
-        last = _missed_move(plies, win_seat) if missed and base_name(players[lose_seat]) in target_set else None
+        last = _missed_move(plies, win_seat) if missed and target_lost else None
         if last is not None and (lost_at := last[0].position.text(style)) not in held_out:
-            corrected.append((base_name(players[lose_seat]), lost_at, last[1], last[0].move, b, players[lose_seat]))
+            corrected.append((loser, lost_at, last[1], last[0].move, b, players[lose_seat]))
         for ply in plies:
             text = ply.position.text(style)
             if text in held_out:

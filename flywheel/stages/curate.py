@@ -42,8 +42,9 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     counts = {}
     games = ctx.cfg.world.games if ctx.cfg.world.kind == "games" else None
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
-        rule = None if games is None else GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "") + (
-            "; each also in every rotation and reflection of its board" if games.symmetries else "")
+        rule = None if games is None else (
+            GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "")
+            + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))
         card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat, rule)
         counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
     return CurateResult(counts["sft"], counts["dpo"], cur.dropped)
