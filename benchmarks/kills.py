@@ -24,7 +24,8 @@ Each seed prints its kills, and ``identical`` or the differences.
 
     python -m benchmarks.kills --seeds 1,2,3                  # the embedded default, shortened
     python -m benchmarks.kills --config flows/recipes/tictactoe.yaml --seeds 1,2 \\
-        --set select.battles_per_iteration=300 --set train.steps=100 --set run.iterations=2
+        --set select.battles_per_iteration=300 --set train.steps=100 --set run.iterations=2 \\
+        --max-delay 25 --set train.checkpoint_steps=20   # kills inside training: it resumes from the last save
     python -m benchmarks.kills --api --seeds 1,2,3            # API players with faults
 """
 

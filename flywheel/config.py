@@ -199,6 +199,10 @@ class TrainConfig(Strict):
                                 "0-4 (0, 0.1, 0.5, 1 and 2 compared): it keeps the tiny student from memorizing its "
                                 "teachers' answers. Recipes for real LLMs set their own (theirs: 0).")
     replay: bool = Field(True, description="Also train on earlier iterations' SFT data.")
+    checkpoint_steps: int = Field(200, ge=0, description="Save the Trainer's whole state (weights, optimizer, "
+                                  "scheduler, RNG) in the run directory every this many steps (and at a phase's end; "
+                                  "the latest kept), so that a run killed while training resumes from there, with the "
+                                  "same result as one never interrupted; removed once the version is saved. 0: never.")
     dpo_beta: float = Field(0.1, gt=0, description="DPO beta.")
     lora: bool = Field(False, description="Train a LoRA adapter (peft) instead of all weights.")
     lora_r: int = Field(8, ge=1, description="LoRA rank.")

@@ -179,6 +179,11 @@ class RunStore:
         """Where iteration ``k``'s finished stage keeps its result."""
         return self.iter_dir(k) / "stages" / f"{stage}.json"
 
+    def train_state_dir(self, k: int, target: str) -> Path:
+        """Where iteration ``k``'s training of ``target`` keeps its Trainer checkpoints while it
+        runs (``train.checkpoint_steps``), so that a killed run resumes it; removed once done."""
+        return self.iter_dir(k) / "train-state" / target
+
     def model_dir(self, versioned_name: str) -> Path:
         return self.root / "models" / versioned_name
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +60,30 @@ def max_length(cfg: TrainConfig, model) -> int:
     return min(int(context or 1024), 1024)
 
 
+def logging_every(steps: int) -> int:
+    """Log the training loss every this many steps: the largest divisor of ``steps`` up to a fifth
+    of it, so that the last step is logged and the logs cover every step (``stage_loss``)."""
+    return max(d for d in range(1, max(1, steps // 5) + 1) if steps % d == 0)
+
+
+def stage_loss(log_history: list[dict]) -> float | None:
+    """The mean training loss over a stage's steps, from the Trainer's logged losses (each the mean
+    over its interval). A stage resumed from a checkpoint gets the logs before it from the
+    checkpoint, so its loss is the same as if it had never been interrupted."""
+    total, last = 0.0, 0
+    for e in log_history:
+        if "loss" in e:
+            total, last = total + e["loss"] * (e["step"] - last), e["step"]
+    return total / last if last else None
+
+
 def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int, hw: Hardware) -> dict:
     """The fields shared by ``SFTConfig`` and ``DPOConfig``. Nothing here names a device: the
-    Trainer (or ``accelerate launch``) places the model where the hardware is."""
+    Trainer (or ``accelerate launch``) places the model where the hardware is. With
+    ``train.checkpoint_steps`` the Trainer saves its whole state (weights, optimizer, scheduler,
+    RNG) under ``out`` that often, keeping the latest."""
     mode = precision(cfg, hw)
+    every = cfg.checkpoint_steps
     return dict(
         output_dir=out,
         max_steps=steps,
@@ -70,8 +92,10 @@ def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int
         weight_decay=cfg.weight_decay,
         lr_scheduler_type="cosine",
         warmup_steps=min(10, max(steps // 10, 0)),
-        logging_steps=max(1, steps // 5),
-        save_strategy="no",
+        logging_steps=logging_every(steps),
+        save_strategy="steps" if every else "no",
+        save_steps=max(every, 1),
+        save_total_limit=1,
         report_to=[],
         bf16=mode == "bf16",
         fp16=mode == "fp16",
@@ -93,6 +117,25 @@ def trl_default(config_cls: type, name: str):
     return next(f.default for f in dataclasses.fields(config_cls) if f.name == name)
 
 
+def resume_point(folder: Path) -> str | None:
+    """The latest complete Trainer checkpoint under ``folder`` (its ``trainer_state.json``, written
+    last, reads back whole), or None. Checkpoints a kill cut short are removed."""
+    if not folder.is_dir():
+        return None
+    complete: dict[int, Path] = {}
+    for d in folder.glob("checkpoint-*"):
+        try:
+            step = json.loads((d / "trainer_state.json").read_text())["global_step"]
+            if d.name == f"checkpoint-{step}":
+                complete[step] = d
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if is_main_process():
+            shutil.rmtree(d, ignore_errors=True)
+    return str(complete[max(complete)]) if complete else None
+
+
 def _peft_config(cfg: TrainConfig):
     if not cfg.lora:
         return None
@@ -103,14 +146,19 @@ def _peft_config(cfg: TrainConfig):
 
 def train_version(
     base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int,
-    adapter: str | None = None, keep_adapter: bool = False,
+    adapter: str | None = None, keep_adapter: bool = False, state_dir: Path | None = None,
 ) -> TrainResult:
     """Train ``base`` into ``out``: SFT on ``sft_data`` and/or DPO on ``dpo_data`` per ``cfg.method``.
 
     ``keep_adapter`` (LoRA): ``out`` holds the adapter alone, not merged weights, so a vLLM server
     can load it; ``adapter`` continues training an earlier version's adapter on top of ``base``.
     With no steps or no data the new version is a copy (the version still advances, so every
-    iteration has one version per target)."""
+    iteration has one version per target).
+
+    ``state_dir`` (with ``train.checkpoint_steps``): where the Trainer keeps its checkpoints, one
+    folder per phase (``sft``, ``dpo``). Called again after a kill, each phase resumes from its
+    latest checkpoint (a finished phase from its last step, so nothing is trained twice) and ends
+    with the same weights and loss as a run never interrupted. The caller removes it when done."""
     import torch
     from transformers import AutoTokenizer
 
@@ -138,8 +186,11 @@ def train_version(
     total, loss, examples = 0, None, 0
     wrapped = adapter is not None or keep_adapter  # the model already carries its adapter
     peft = None if wrapped else _peft_config(cfg)
-    with tempfile.TemporaryDirectory(prefix="flywheel-train-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="flywheel-train-") as tmp:
         for kind, data in plan:
+            keep = state_dir is not None and cfg.checkpoint_steps > 0
+            scratch = str(state_dir / kind) if keep else tmp
+            resume = resume_point(Path(scratch)) if keep else None
             if kind == "sft":
                 from trl import SFTConfig, SFTTrainer
 
@@ -164,13 +215,23 @@ def train_version(
                 from transformers import PrinterCallback
 
                 trainer.remove_callback(PrinterCallback)
-            result = trainer.train()
-            total += result.global_step
-            loss = float(result.training_loss)
+            if resume:
+                log.info("train %s %s: resuming from %s", kind, out.name, Path(resume).name)
+            if resume and int(Path(resume).name.split("-")[1]) >= per_stage:
+                # The phase had finished: its last weights, not one step more (as train() would run).
+                from transformers import TrainerState
+
+                trainer._load_from_checkpoint(resume)  # what train(resume_from_checkpoint=...) loads first
+                trainer.state = TrainerState.load_from_json(os.path.join(resume, "trainer_state.json"))
+            else:
+                trainer.train(resume_from_checkpoint=resume)
+            steps_done = trainer.state.global_step
+            total += steps_done
+            loss = stage_loss(trainer.state.log_history)
             examples += len(data)
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
-            log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, result.global_step, len(data), loss)
+            log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, steps_done, len(data), loss)
     if is_main_process():  # under accelerate every process trains; one saves
         save_checkpoint(model, tokenizer, out)
     return TrainResult(total, loss, examples)

@@ -55,6 +55,7 @@ def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env, h
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [e["iteration"] for e in summary["iterations"]] == [0, 1, 2]
     assert all(e["battles"] == 96 for e in summary["iterations"][1:])
+    assert not list(run_dir.glob("iter-*/train-state"))  # training's checkpoints go once its version is saved
 
     # The same run, never interrupted, plans exactly the same battles: the bandit state and every
     # selection round were restored, not redrawn. (It runs the same iterations in this process,

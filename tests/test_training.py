@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 from datasets import Dataset
@@ -148,3 +150,58 @@ def test_weight_decay_shrinks_the_weights_it_applies_to(tiny_models_dir, tmp_pat
     matrix, norm = "transformer.h.0.attn.c_attn.weight", "transformer.h.0.ln_1.weight"
     assert decayed[matrix] < 0.9 * plain[matrix]
     assert abs(decayed[norm] - plain[norm]) < 0.01 * plain[norm]
+
+
+@pytest.mark.parametrize("method, lora", [("sft+dpo", False), ("sft", True)], ids=["sft+dpo", "lora"])
+def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_models_dir, tmp_path, monkeypatch,
+                                                                        method, lora):
+    """A kill while training (train.checkpoint_steps) loses only the steps since the last
+    checkpoint: the phase that finished is not trained again, the other resumes where it was saved,
+    and the version ends with the weights and loss of a run never interrupted."""
+    import flywheel.progress
+
+    class Killed(Exception):
+        pass
+
+    real, steps_run, kill_at = flywheel.progress.trainer_callback, [], ("dpo" if method == "sft+dpo" else "sft", 4)
+
+    def watched(desc: str, total: int, kill: bool):
+        handler, phase = real(desc, total), desc.split()[1]
+
+        class Watch(type(handler)):
+            def on_step_end(self, args, state, control, **kw):
+                steps_run.append((phase, state.global_step))
+                return super().on_step_end(args, state, control, **kw)
+
+            def on_save(self, args, state, control, **kw):
+                if kill and (phase, state.global_step) == kill_at:
+                    raise Killed  # the process dies right after this checkpoint is written
+
+        handler.__class__ = Watch
+        return handler
+
+    base = str(tiny_models_dir / "student")
+    cfg = TrainConfig(method=method, batch_size=4, lora=lora, lora_r=4, checkpoint_steps=2)
+    data, steps = (SFT, DPO if method == "sft+dpo" else None), 12 if method == "sft+dpo" else 6
+    straight = train_version(base, tmp_path / "straight", *data, cfg, steps=steps, seed=0, state_dir=tmp_path / "s0")
+
+    state = tmp_path / "state"
+    monkeypatch.setattr(flywheel.progress, "trainer_callback", lambda d, t: watched(d, t, kill=True))
+    with pytest.raises(Killed):
+        train_version(base, tmp_path / "resumed", *data, cfg, steps=steps, seed=0, state_dir=state)
+    assert not (tmp_path / "resumed").exists()
+    cut = state / kill_at[0] / "checkpoint-6"  # a save the kill cut short: no trainer_state.json yet
+    cut.mkdir()
+    (cut / "model.safetensors").write_bytes(b"half a file")
+
+    steps_run.clear()
+    monkeypatch.setattr(flywheel.progress, "trainer_callback", lambda d, t: watched(d, t, kill=False))
+    resumed = train_version(base, tmp_path / "resumed", *data, cfg, steps=steps, seed=0, state_dir=state)
+    assert steps_run == [(kill_at[0], 5), (kill_at[0], 6)]  # only the steps after the last checkpoint
+    assert json.loads((cut / "trainer_state.json").read_text())["global_step"] == 6  # saved again, whole
+    assert (resumed.steps, resumed.loss, resumed.examples) == (straight.steps, straight.loss, straight.examples)
+    assert changed(tmp_path / "straight", tmp_path / "resumed") == []
+    never = train_version(base, tmp_path / "never", *data, cfg.model_copy(update={"checkpoint_steps": 0}),
+                          steps=steps, seed=0, state_dir=tmp_path / "unused")
+    assert never.loss == straight.loss and changed(tmp_path / "straight", tmp_path / "never") == []
+    assert not (tmp_path / "unused").exists()  # checkpoints change nothing but what a kill loses

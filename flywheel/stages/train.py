@@ -3,7 +3,9 @@ curated data: in this process, or through ``accelerate launch`` (``train.launche
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 
 from flywheel.allocation import Allocation
 from flywheel.players.base import ServesAdapters
@@ -30,21 +32,26 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     dpo = training_data(ctx, k, "dpo", t)
     pc = ctx.roster.config(t)
     tc = ctx.cfg.train if pc.learning_rate is None else ctx.cfg.train.model_copy(update={"learning_rate": pc.learning_rate})
+    state = ctx.store.train_state_dir(k, t)
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
         res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
-                            ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True)
+                            ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True,
+                            state_dir=state)
         if ctx.cfg.allocate.sharing != "federated":  # federated: served once merged
             serve_adapter(ctx, t, k)
     else:
         res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
-                            ctx.cfg.run.seed + k)
+                            ctx.cfg.run.seed + k, state_dir=state)
     if is_main_process():
         from flywheel.store import atomic_write_text
 
         base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
         atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))
+        shutil.rmtree(state, ignore_errors=True)  # the version is saved: its checkpoints are no longer needed
+        with contextlib.suppress(OSError):  # and the folder of them, once no target's are left
+            state.parent.rmdir()
     return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None)
 
 
@@ -129,7 +136,6 @@ def shape_for(data, chat: bool, system: str | None):
 def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     """``accelerate launch`` the training of one target (flywheel/train_worker.py); its main
     process writes the result next to the stage results."""
-    import shutil
     import subprocess
     import sys
     from pathlib import Path
