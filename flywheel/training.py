@@ -231,7 +231,8 @@ def train_version(
             examples += len(data)
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
-            log.info("%s %s: %d steps on %d rows, loss %.4f", kind, out.name, steps_done, len(data), loss)
+            log.info("%s %s: %d steps on %d rows, loss %s", kind, out.name, steps_done, len(data),
+                     "n/a" if loss is None else f"{loss:.4f}")  # n/a: sft_args/dpo_args logged no step
     if is_main_process():  # under accelerate every process trains; one saves
         save_checkpoint(model, tokenizer, out)
     return TrainResult(total, loss, examples)
