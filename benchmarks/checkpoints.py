@@ -22,7 +22,7 @@ from pathlib import Path
 from benchmarks.stats import mean_ci, parse_seeds
 
 
-def sft_rows(cfg) -> "object":
+def sft_rows(cfg):
     """The train split's prompts with their reference answers, as SFT rows."""
     from datasets import Dataset
 

@@ -117,9 +117,9 @@ def trl_default(config_cls: type, name: str):
     return next(f.default for f in dataclasses.fields(config_cls) if f.name == name)
 
 
-def resume_point(folder: Path) -> str | None:
+def resume_point(folder: Path) -> tuple[str, int] | None:
     """The latest complete Trainer checkpoint under ``folder`` (its ``trainer_state.json``, written
-    last, reads back whole), or None. Checkpoints a kill cut short are removed."""
+    last, reads back whole) and its step, or None. Checkpoints a kill cut short are removed."""
     if not folder.is_dir():
         return None
     complete: dict[int, Path] = {}
@@ -133,7 +133,7 @@ def resume_point(folder: Path) -> str | None:
             pass
         if is_main_process():
             shutil.rmtree(d, ignore_errors=True)
-    return str(complete[max(complete)]) if complete else None
+    return (str(complete[max(complete)]), max(complete)) if complete else None
 
 
 def _peft_config(cfg: TrainConfig):
@@ -186,11 +186,11 @@ def train_version(
     total, loss, examples = 0, None, 0
     wrapped = adapter is not None or keep_adapter  # the model already carries its adapter
     peft = None if wrapped else _peft_config(cfg)
+    keep = state_dir is not None and cfg.checkpoint_steps > 0
     with tempfile.TemporaryDirectory(prefix="flywheel-train-") as tmp:
         for kind, data in plan:
-            keep = state_dir is not None and cfg.checkpoint_steps > 0
             scratch = str(state_dir / kind) if keep else tmp
-            resume = resume_point(Path(scratch)) if keep else None
+            resume, saved_at = (resume_point(Path(scratch)) if keep else None) or (None, 0)
             if kind == "sft":
                 from trl import SFTConfig, SFTTrainer
 
@@ -217,7 +217,7 @@ def train_version(
                 trainer.remove_callback(PrinterCallback)
             if resume:
                 log.info("train %s %s: resuming from %s", kind, out.name, Path(resume).name)
-            if resume and int(Path(resume).name.split("-")[1]) >= per_stage:
+            if resume and saved_at >= per_stage:
                 # The phase had finished: its last weights, not one step more (as train() would run).
                 from transformers import TrainerState
 
