@@ -135,6 +135,20 @@ def test_the_ceiling_counts_both_seats_and_a_lost_start_stays_lost():
     assert win_or_draw(mm, perfect, [lost_for_o], seed=0) == 0.5
 
 
+def test_the_tactics_probe_asks_every_win_and_single_block_and_scores_the_named_move():
+    from benchmarks.games_tactics import right_share, tactic_positions
+
+    wins, blocks = tactic_positions()
+    assert (len(wins), len(blocks)) == (2358, 976)  # of tic-tac-toe's 5,478 legal positions
+    blk = dict((p.text(), right) for p, right in blocks)
+    assert blk["ttt xx34o6789 o="] == {3}  # o to move, no win, x threatens 1-2-3
+    assert "ttt xx34o6789 o=" not in {p.text() for p, _ in wins}
+    assert dict((p.text(), right) for p, right in wins)["ttt xx3oo6789 x="] == {3}
+    assert right_share(MinimaxPlayer("minimax", depth=2), wins) == 1.0
+    assert right_share(MinimaxPlayer("minimax", depth=2), blocks) == 1.0
+    assert right_share(Stubborn("one"), blocks) == sum(right == {1} for _, right in blocks) / len(blocks) < 0.2
+
+
 # -- playing through a roster --------------------------------------------------------------
 class Stubborn(Player):
     """Answers cell 1 until it is taken, then keeps answering it (an illegal move)."""
@@ -284,6 +298,37 @@ def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
     assert [r for r in on.sft if r.source_model != "rules"] == off.sft  # the winners' moves are as before
     held = curate_games(games, js, ["student"], {"ttt xx34o6789 o="}, CurateConfig(), "terse", missed=True)
     assert "ttt xx34o6789 o=" not in {r.prompt for r in held.sft + held.dpo}  # a held-out position stays out
+
+
+def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
+    from datasets import Dataset
+
+    from flywheel.config import CurateConfig
+    from flywheel.stages.train import rules_first
+
+    lost_at = "ttt xx34o6789 o="  # x threatens 1-2-3: o must block 3
+    blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # the target took 9 there and lost
+    # self-play: o (student@1) took 7 there instead, x (student@0) missed its win, and o won on 3-5-7
+    lucky = battle(EMPTY_TTT, "1 2 9", "5 7 3", "student@0", "student@1", "lucky")
+    js = {j.battle_id: j for j in GameJudge().judge([blocked, lucky])}
+    assert js["blk"].winner == "model_a" and js["lucky"].winner == "model_b"
+    alone = curate_games([lucky], js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    assert {r.prompt: r.completion for r in alone.sft}[lost_at] == "7"  # a winner's move, where nothing corrects it
+    cur = curate_games([blocked, lucky], js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    there = [(r.completion, r.source_model) for r in cur.sft if r.prompt == lost_at]
+    assert there == [("3", "rules")]  # the block, once; the lucky winner's 7 is not learnt
+    assert cur.dropped["duplicate"] == alone.dropped["duplicate"] + 1
+
+    # train.replay: a later iteration's winner's row does not undo an earlier iteration's rule
+    def rows(*r):
+        return Dataset.from_list([{"prompt": p, "completion": c, "source_model": m, "target": "student"} for p, c, m in r])
+
+    it1 = rows((lost_at, "3", "rules"), ("ttt 123456789 x=", "5", "minimax"))
+    it2 = rows((lost_at, "7", "student@1"), (lost_at, "3", "minimax"), ("ttt 123456789 x=", "1", "random"))
+    kept = [list(zip(p["prompt"], p["completion"], p["source_model"])) for p in rules_first([it1, it2])]
+    assert kept == [[(lost_at, "3", "rules"), ("ttt 123456789 x=", "5", "minimax")],
+                    [(lost_at, "3", "minimax"), ("ttt 123456789 x=", "1", "random")]]  # other sources all stay
+    assert len(rules_first([it2])[0]) == 3  # no rule: nothing dropped
 
 
 # -- self-play -----------------------------------------------------------------------------

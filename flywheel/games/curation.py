@@ -14,7 +14,10 @@ frequent move, the target's move), one per (target, position). Draws teach nothi
 With ``missed`` (``world.games.missed_moves``), where a target lost, its last move is also learnt
 as it should have been, as the rules show it: the win it had there, else the cell the winner won
 on next (a block; in Connect Four only where the target's own move was in another column, so that
-the cell is where its piece would land). These rows' source is ``rules``. Winners' moves alone
+the cell is where its piece would land). These rows' source is ``rules``. In a position where the
+rules name the move, no winner's move is learnt for that target: a winner may have won after a
+blunder there; the rules' win or block is certain (``train.replay`` keeps to this across
+iterations: flywheel/stages/train.py). Winners' moves alone
 teach a target to finish its own lines; a loss's last move is where it failed to stop the other.
 
 With ``symmetric``, every SFT example and DPO pair is also learnt in each rotation and reflection
@@ -37,7 +40,8 @@ SEAT = {"model_a": "a", "model_b": "b"}
 RULES = {"sft": "every move of the winner of a decisive game a target lost (the position, the move); the "
                 "winners' most frequent move per position with dedup",
          "dpo": "(the winners' most frequent move, the target's move) in positions where the target moved and lost"}
-MISSED = {"sft": "; where a target lost, its last move corrected by the rules (the win it missed, else the block)",
+MISSED = {"sft": "; where a target lost, its last move corrected by the rules (the win it missed, else the block), "
+                  "which no winner's move in that position displaces",
           "dpo": "; where a target lost, (the win it missed or the block, its last move)"}
 
 
@@ -78,20 +82,19 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
             elif base_name(players[ply.seat]) in target_set:
                 losing.setdefault((base_name(players[ply.seat]), text), []).append((ply.move, b, players[ply.seat]))
     sft: list[SFTExample] = []
-    kept: set[tuple[str, str]] = set()
+    rule_pairs: dict[tuple[str, str], DPOPair] = {}
+    for t, text, right, move, b, version in corrected:  # first: where the rules name the move, no winner's overrides it
+        if (t, text) not in rule_pairs:
+            sft.append(SFTExample(text, str(right), _pid(text), b.category, "rules", b.battle_id, b.iteration, t))
+        rule_pairs.setdefault((t, text), DPOPair(text, str(right), str(move), _pid(text), b.category, "rules", version,
+                                                 b.battle_id, b.iteration, t))
+    kept: set[tuple[str, str]] = set(rule_pairs)
     for t, text, move, b, winner in won:
-        if cfg.dedup and ((t, text) in kept or move != _best(winning[text])):
+        if (t, text) in rule_pairs or (cfg.dedup and ((t, text) in kept or move != _best(winning[text]))):
             dropped["duplicate"] += 1
             continue
         kept.add((t, text))
         sft.append(SFTExample(text, str(move), _pid(text), b.category, winner, b.battle_id, b.iteration, t))
-    rule_pairs: dict[tuple[str, str], DPOPair] = {}
-    for t, text, right, move, b, version in corrected:
-        if (t, text) not in kept:
-            kept.add((t, text))
-            sft.append(SFTExample(text, str(right), _pid(text), b.category, "rules", b.battle_id, b.iteration, t))
-        rule_pairs.setdefault((t, text), DPOPair(text, str(right), str(move), _pid(text), b.category, "rules", version,
-                                                 b.battle_id, b.iteration, t))
     dpo = []
     for (t, text), moves in losing.items():
         if text not in winning:

@@ -103,8 +103,30 @@ def training_data(ctx: Context, k: int, kind: str, target: str):
     parts = [load_dataset_dir(ctx.store.dataset_dir(i, kind)) for i in iters]
     if not pools_traces(ctx, k):
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
+    if kind == "sft" and len(parts) > 1:
+        parts = rules_first(parts)
     parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
     return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+
+
+def rules_first(parts: list) -> list:
+    """SFT rows of several iterations, less those that teach another move in a position where
+    some iteration's row from the rules (a games world's missed win or block,
+    ``world.games.missed_moves``) names the move: a winner may have won after a blunder there,
+    the rules' move is certain. Rows from other sources never displace each other."""
+    right: dict[str, set[str]] = {}
+    for p in parts:
+        sources = p["source_model"] if "source_model" in p.column_names else []
+        for i in (i for i, s in enumerate(sources) if s == "rules"):
+            right.setdefault(str(p[i]["prompt"]), set()).add(str(p[i]["completion"]))
+    if not right:
+        return parts
+
+    def keep(r: dict) -> bool:
+        moves = right.get(str(r["prompt"]))
+        return moves is None or r["source_model"] == "rules" or str(r["completion"]) in moves
+
+    return [p.filter(keep, keep_in_memory=True) for p in parts]
 
 
 def pools_traces(ctx: Context, k: int) -> bool:
