@@ -110,9 +110,12 @@ def watch(parent: int) -> None:
     me, seen = os.getpid(), []
     while os.getppid() == parent:
         try:
-            seen = [c for c in psutil.Process(parent).children(recursive=True) if c.pid != me]
+            look = [c for c in psutil.Process(parent).children(recursive=True) if c.pid != me]
         except psutil.Error:
             break
+        if os.getppid() != parent:  # it died during the look: its children had moved away, so the look missed them
+            break
+        seen = look
         time.sleep(WATCH_INTERVAL_S)
     end([c for c in seen if c.is_running()])
 

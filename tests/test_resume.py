@@ -113,6 +113,41 @@ def test_a_run_directory_made_before_the_stage_restructure_resumes(tiny_models_d
     assert summary["iterations"][1]["battles"] == 48 and (run_dir / "models" / "student@1" / "config.json").exists()
 
 
+def test_the_watchdog_ends_what_it_last_saw_whole_when_the_run_dies_during_a_look(monkeypatch):
+    """The run dies while the watchdog lists its descendants: they have moved to a new parent, so
+    that look finds none; the watchdog must end the ones of its last whole look, not nothing."""
+    import itertools
+
+    import psutil
+
+    from flywheel import interrupt
+
+    class Child:
+        pid = 4242
+
+        def is_running(self):
+            return True
+
+    looks = itertools.chain([[Child()]], itertools.repeat([]))  # later looks: taken as the run died, its children moved
+
+    class Run:
+        def __init__(self, pid):
+            pass
+
+        def children(self, recursive):
+            return next(looks)
+
+    parents = iter([1, 1, 1, 7, 7, 7])  # the run (pid 1) is the parent until the second look
+    ended = []
+    monkeypatch.setattr(psutil, "Process", Run)
+    monkeypatch.setattr(interrupt.os, "getppid", lambda: next(parents))
+    monkeypatch.setattr(interrupt.time, "sleep", lambda s: None)
+    monkeypatch.setattr(interrupt.signal, "signal", lambda *a: None)
+    monkeypatch.setattr(interrupt, "end", lambda children: ended.extend(c.pid for c in children))
+    interrupt.watch(1)
+    assert ended == [4242]
+
+
 def test_a_run_killed_alone_leaves_no_process_behind(tiny_config, cli_env):
     """kill -9 of `flywheel run`'s process alone (as the OOM killer does), not of its group: its
     watchdog ends what it started, Prefect's temporary server first of all."""
