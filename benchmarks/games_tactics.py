@@ -40,16 +40,11 @@ def tactic_positions() -> tuple[list[tuple[Position, set[int]]], list[tuple[Posi
         if pos.board in seen or pos.over():
             continue
         seen.add(pos.board)
-        legal = pos.legal_moves()
-        won = {m for m in legal if pos.play(m).winner() is not None}
-        if won:
+        if won := set(pos.winning_moves()):
             wins.append((pos, won))
-        else:
-            them = Position(pos.game, pos.board, other(pos.to_move))
-            threats = {m for m in legal if them.play(m).winner() is not None}
-            if len(threats) == 1:
-                blocks.append((pos, threats))
-        todo += [pos.play(m) for m in legal]
+        elif len(threats := set(Position(pos.game, pos.board, other(pos.to_move)).winning_moves())) == 1:
+            blocks.append((pos, threats))
+        todo += [pos.play(m) for m in pos.legal_moves()]
     return wins, blocks
 
 

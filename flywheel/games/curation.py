@@ -145,7 +145,7 @@ def _missed_move(plies: tuple[Ply, ...], win_seat: str) -> tuple[Ply, int] | Non
     if final.position.play(final.move).winner() is None:
         return None
     pos = before.position
-    wins = [m for m in pos.legal_moves() if pos.play(m).winner() is not None]
+    wins = pos.winning_moves()
     right = wins[0] if wins else final.move
     if right == before.move:
         return None

@@ -122,6 +122,10 @@ class Position:
             return [c + 1 for c in range(g.cols) if self.board[c] == EMPTY]
         return [i + 1 for i, ch in enumerate(self.board) if ch == EMPTY]
 
+    def winning_moves(self) -> list[int]:
+        """The legal moves that win at once for the side to move."""
+        return [m for m in self.legal_moves() if self.play(m).winner() is not None]
+
     def play(self, move: int) -> Position:
         """The position after the side to move plays ``move`` (ValueError if it is illegal)."""
         if move not in self.legal_moves():

@@ -115,10 +115,10 @@ def rules_first(parts: list) -> list:
     ``world.games.missed_moves``) names the move: a winner may have won after a blunder there,
     the rules' move is certain. Rows from other sources never displace each other."""
     right: dict[str, set[str]] = {}
-    for p in parts:
-        sources = p["source_model"] if "source_model" in p.column_names else []
-        for i in (i for i, s in enumerate(sources) if s == "rules"):
-            right.setdefault(str(p[i]["prompt"]), set()).add(str(p[i]["completion"]))
+    for p in (p for p in parts if "source_model" in p.column_names):
+        for prompt, completion, source in zip(p["prompt"], p["completion"], p["source_model"]):
+            if source == "rules":
+                right.setdefault(str(prompt), set()).add(str(completion))
     if not right:
         return parts
 
