@@ -99,6 +99,29 @@ def test_active_eval_arenas_tie_close_pairs_and_bound_what_a_design_can_save():
     assert design_bound(np.linspace(-4, 4, 6), iters=300) > 1.3
 
 
+def test_chatbot_arenas_rule_plays_every_pair_then_the_least_certain_win_rates():
+    import numpy as np
+
+    from benchmarks.active_eval import PairTally, arena_pair, win_matrix_bound
+
+    rng = np.random.default_rng(0)
+    tally = PairTally(3)
+    assert tally.win_matrix_width() == 1.0  # nothing played: every interval is the whole range
+    for pair, scores in ((0, [1, 0] * 10), (1, [1] * 20), (2, [1, 0])):  # even, one-sided, even but few
+        for x in scores:
+            tally.add(pair, x)
+    assert tally.variance()[1] < tally.variance()[0] == tally.variance()[2] and tally.variance()[1] > 0
+    drawn = np.bincount([arena_pair(tally, rng) for _ in range(3000)], minlength=3) / 3000
+    assert drawn[2] > drawn[0] > drawn[1]  # few battles on an even pair first; a settled pair last
+    fresh = PairTally(4)
+    fresh.add(0, 1.0)
+    assert {arena_pair(fresh, rng) for _ in range(50)} == {1, 2, 3}  # pairs never played come first
+    assert 0 < tally.win_matrix_width() < 1
+    # alike variances leave nothing to save; very unlike ones do
+    assert win_matrix_bound(np.zeros(6), 0.1, "davidson") == pytest.approx(1.0)
+    assert win_matrix_bound(np.linspace(-6, 6, 6), 0.1, "davidson") > 1.2
+
+
 def test_players_benchmark_runs_per_seed_on_a_long_tailed_loopback_server():
     import subprocess
     import sys
