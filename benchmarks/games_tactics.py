@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from flywheel.games.rules import TICTACTOE, Position, other, parse_move
+from flywheel.games.rules import TICTACTOE, Position, parse_move
 from flywheel.players.base import Player, SamplingParams
 from flywheel.records import Prompt
 
@@ -40,10 +40,8 @@ def tactic_positions() -> tuple[list[tuple[Position, set[int]]], list[tuple[Posi
         if pos.board in seen or pos.over():
             continue
         seen.add(pos.board)
-        if won := set(pos.winning_moves()):
-            wins.append((pos, won))
-        elif len(threats := set(Position(pos.game, pos.board, other(pos.to_move)).winning_moves())) == 1:
-            blocks.append((pos, threats))
+        if right := set(pos.tactical_moves()):  # its wins; else the only threat's block
+            (wins if pos.winning_moves() else blocks).append((pos, right))
         todo += [pos.play(m) for m in pos.legal_moves()]
     return wins, blocks
 

@@ -111,6 +111,9 @@ class GamesConfig(Strict):
     missed_moves: bool = Field(False, description="Where a target lost, also learn its last move as it should have "
                                "been: the win it missed, else the cell the winner then won on (a block). SFT and "
                                "DPO rows whose source is 'rules'.")
+    tactics: bool = Field(False, description="Also learn every move a target made in any game it played (won, "
+                          "drawn or lost) where it left a win untaken or the other side's only threat unblocked, "
+                          "as the rules correct it: SFT and DPO rows whose source is 'rules'.")
     pretrain_examples: int = Field(4000, ge=1, description="Tiny game models: (position, random legal move) "
                                    "pre-training examples (they learn the format, not the game).")
     seed: int = Field(1234, description="Seed of the start positions.")

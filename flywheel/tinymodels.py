@@ -114,7 +114,7 @@ def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: 
 MADE_WITH = "flywheel-model.json"
 
 
-NOT_PRETRAINING = {"max_illegal", "symmetries", "missed_moves"}  # games settings that pre-training does not read
+NOT_PRETRAINING = {"max_illegal", "symmetries", "missed_moves", "tactics"}  # games settings that pre-training does not read
 
 
 def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:

@@ -331,6 +331,34 @@ def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
     assert len(rules_first([it2])[0]) == 3  # no rule: nothing dropped
 
 
+def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_corrected_in_any_game():
+    from flywheel.config import CurateConfig
+
+    assert ttt("xx-o---o-").tactical_moves() == [3]  # its own win first
+    assert ttt("xx--o----", "o").tactical_moves() == [3]  # no win: the block of the only threat
+    assert ttt("xx-oo----").tactical_moves() == [3] and ttt("x-x-o-o--", "x").tactical_moves() == [2]
+    assert ttt("xx-x-o-o-", "o").threats() == [3, 7] and ttt("xx-x-o-o-", "o").tactical_moves() == []  # two threats
+    # the target (x) won, but first played 5 where 3 won at once: its winning move is not learnt there
+    won = battle(EMPTY_TTT, "1 2 5 9", "4 8 6", "student@1", "random", "won")
+    # a draw the target (o) played: 9 left x's 1-2-3 open; later 4 where 3-6-9 won at once
+    drawn = battle(EMPTY_TTT, "1 2 8 7 6", "5 9 3 4", "random", "student@1", "drawn")
+    js = {j.battle_id: j for j in GameJudge().judge([won, drawn])}
+    assert js["won"].winner == "model_a" and js["drawn"].winner == "tie"
+    missed_win, open_threat, untaken = ttt("xx-o---o-").text(), ttt("xx--o----", "o").text(), ttt("xxo-o-xxo", "o").text()
+    plain = curate_games([won, drawn], js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    assert {r.prompt: r.completion for r in plain.sft}[missed_win] == "5"  # its own winning game's move
+    assert not [r for r in plain.sft if r.source_model == "rules"] and not plain.dpo  # a draw teaches nothing
+    cur = curate_games([won, drawn], js, ["student"], set(), CurateConfig(), "terse", missed=True, tactics=True)
+    rules = {r.prompt: r.completion for r in cur.sft if r.source_model == "rules"}
+    assert rules == {missed_win: "3", open_threat: "3", untaken: "6"}
+    assert [r.completion for r in cur.sft if r.prompt == missed_win] == ["3"]
+    assert {(p.prompt, p.chosen, p.rejected) for p in cur.dpo} == {
+        (missed_win, "3", "5"), (open_threat, "3", "9"), (untaken, "6", "4")}
+    # held-out positions are never learnt
+    held = curate_games([won, drawn], js, ["student"], {open_threat}, CurateConfig(), "terse", tactics=True)
+    assert open_threat not in {r.prompt for r in held.sft}
+
+
 # -- self-play -----------------------------------------------------------------------------
 def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
     from flywheel.config import SelectConfig

@@ -21,7 +21,8 @@ def games_tree(tmp_path, **over) -> dict:
         "run": {"root": str(tmp_path / "runs"), "name": "ttt", "iterations": 2, "shard_size": 16},
         "world": {"kind": "games", "models_dir": str(tmp_path / "models"),
                   "games": {"openings": [1, 2], "train_per_cell": 20, "eval_per_cell": 4, "val_per_cell": 2,
-                            "pretrain_examples": 300, "symmetries": True, "missed_moves": True},
+                            "pretrain_examples": 300, "symmetries": True, "missed_moves": True,
+                            "tactics": True},
                   "models": [{"name": "gstudent", "categories": ["tictactoe"], "steps": 30, "n_embd": 32}]},
         "targets": [{"name": "gstudent", "max_new_tokens": 2}],
         "opponents": [{"name": "random", "kind": "random"}, {"name": "minimax", "kind": "minimax", "depth": 2}],
@@ -78,6 +79,12 @@ def test_winners_moves_are_the_datasets(game_run):
     card = (game_run.dataset_dir(1, "sft") / "README.md").read_text()
     assert "every move of the winner" in card and "every rotation and reflection" in card
     assert "its last move corrected by the rules" in card  # world.games.missed_moves
+    assert "left a win untaken or the other side's only threat unblocked" in card  # world.games.tactics
+    rules = [r for r in sft if r["source_model"] == "rules"]
+    assert rules  # a 30-step model misses wins and blocks
+    for row in rules:  # a win, else a cell the other side would win on (with two threats: the one it won on)
+        pos = parse_position(row["prompt"])
+        assert int(row["completion"]) in (pos.winning_moves() or pos.threats())
     from flywheel.games.referee import replay
 
     played = {ply.position.text("terse") for b in game_run.battles(1, "train")

@@ -20,6 +20,12 @@ blunder there; the rules' win or block is certain (``train.replay`` keeps to thi
 iterations: flywheel/stages/train.py). Winners' moves alone
 teach a target to finish its own lines; a loss's last move is where it failed to stop the other.
 
+With ``tactics`` (``world.games.tactics``), every move a target made in any game it played (won,
+drawn or lost) is checked the same way: where it left a win untaken, or the other side's only
+threat unblocked (``Position.tactical_moves``), the rules' move is learnt there (source ``rules``,
+first win where it had several). A game against a random mover rarely punishes a missed block,
+so without this most of them teach nothing.
+
 With ``symmetric``, every SFT example and DPO pair is also learnt in each rotation and reflection
 of its board (``rules.symmetries``), once per (target, position): the rules are the same there,
 so the images are as true as the original. An image that is a held-out (eval or validation)
@@ -43,10 +49,14 @@ RULES = {"sft": "every move of the winner of a decisive game a target lost (the 
 MISSED = {"sft": "; where a target lost, its last move corrected by the rules (the win it missed, else the block), "
                   "which no winner's move in that position displaces",
           "dpo": "; where a target lost, (the win it missed or the block, its last move)"}
+TACTICS = {"sft": "; every move of a target that left a win untaken or the other side's only threat unblocked, "
+                   "in any game, corrected by the rules",
+           "dpo": "; (the win or the block, the target's move) wherever it left a win untaken or the only threat "
+                  "unblocked"}
 
 
 def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
-                 cfg, style: str, symmetric: bool = False, missed: bool = False) -> Curated:
+                 cfg, style: str, symmetric: bool = False, missed: bool = False, tactics: bool = False) -> Curated:
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
     winning: dict[str, Counter] = {}  # position text -> winners' moves there
     won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
@@ -55,6 +65,8 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
     # (target, position, the right move, its move, battle, its version): missed moves, in log order
     corrected: list[tuple[str, str, int, int, Battle, str]] = []
     for b in battles:
+        if tactics and b.ok and (v := judgments.get(b.battle_id)) is not None and v.valid:  # draws too
+            corrected += _tactic_misses(b, target_set, held_out, style)
         j = decisive(b, judgments.get(b.battle_id), dropped)
         if j is None:
             continue
@@ -131,6 +143,22 @@ def _with_images(rows: list, moves: tuple[str, ...], held_out: set[str], dropped
                 continue
             seen.add((r.target, text))
             out.append(replace(r, prompt=text, prompt_id=_pid(text), **{m: str(img[1]) for m, img in zip(moves, images)}))
+    return out
+
+
+def _tactic_misses(b: Battle, targets: set[str], held_out: set[str], style: str
+                   ) -> list[tuple[str, str, int, int, Battle, str]]:
+    """Every move of a target in battle ``b`` where the rules name the move and it played another
+    (``Position.tactical_moves``): (target, position, the rules' move, its move, battle, its version)."""
+    players = {"a": b.model_a, "b": b.model_b}
+    out = []
+    for ply in replay(b.prompt, b.response_a, b.response_b).plies:
+        t = base_name(players[ply.seat])
+        if t not in targets:
+            continue
+        right = ply.position.tactical_moves()
+        if right and ply.move not in right and (text := ply.position.text(style)) not in held_out:
+            out.append((t, text, right[0], ply.move, b, players[ply.seat]))
     return out
 
 

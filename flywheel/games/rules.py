@@ -126,6 +126,19 @@ class Position:
         """The legal moves that win at once for the side to move."""
         return [m for m in self.legal_moves() if self.play(m).winner() is not None]
 
+    def threats(self) -> list[int]:
+        """The moves with which the other side would win at once, were it its turn."""
+        return Position(self.game, self.board, other(self.to_move)).winning_moves()
+
+    def tactical_moves(self) -> list[int]:
+        """The moves one ply of lookahead makes right: the wins of the side to move; else the block
+        of the other side's only threat (in Connect Four a column, where both pieces would land);
+        else none (no move wins, and with two threats none saves the game)."""
+        if wins := self.winning_moves():
+            return wins
+        threats = self.threats()
+        return threats if len(threats) == 1 else []
+
     def play(self, move: int) -> Position:
         """The position after the side to move plays ``move`` (ValueError if it is illegal)."""
         if move not in self.legal_moves():

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
 from flywheel.games.curation import MISSED as GAME_MISSED
 from flywheel.games.curation import RULES as GAME_RULES
+from flywheel.games.curation import TACTICS as GAME_TACTICS
 from flywheel.games.curation import curate_games
 from flywheel.records import PlayerVersion, stable_id
 from flywheel.stages.context import Context, stage
@@ -23,7 +24,8 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
     if ctx.cfg.world.kind == "games":
         cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
-                           ctx.cfg.world.games.prompt, ctx.cfg.world.games.symmetries, ctx.cfg.world.games.missed_moves)
+                           ctx.cfg.world.games.prompt, ctx.cfg.world.games.symmetries, ctx.cfg.world.games.missed_moves,
+                           ctx.cfg.world.games.tactics)
     else:
         cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
@@ -44,6 +46,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
         rule = None if games is None else (
             GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "")
+            + (GAME_TACTICS[kind] if games.tactics else "")
             + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))
         card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat, rule)
         counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
