@@ -64,7 +64,7 @@ def test_a_game_models_fingerprint_ignores_how_games_are_played_but_not_its_posi
     spec = ModelSpec(name="t", categories=["tictactoe"], steps=2)
     print_of = lambda **games: fingerprint(WorldConfig(kind="games", models=[spec], games=games), spec, 0)["fingerprint"]  # noqa: E731
     base = print_of()
-    assert print_of(max_illegal=5, symmetries=True, missed_moves=True) == base  # not read by pre-training: no rebuild
+    assert print_of(max_illegal=5, symmetries=True, missed_moves=True, tactics=True) == base  # not read by pre-training: no rebuild
     assert print_of(openings=[2]) != base and print_of(prompt="verbose") != base
 
 
