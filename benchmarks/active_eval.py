@@ -74,6 +74,8 @@ def outcome(diff: float, u: float, ties: float, tie_model: str) -> float:
     """A's score (1, 0.5 or 0) in one battle of log-strength difference ``diff`` for a uniform
     draw ``u`` (``chances``)."""
     win, tie = chances(diff, ties, tie_model)
+    if tie_model == "flat":  # the tie band first: the same draws as this benchmark's earlier figures
+        return 0.5 if u < tie else 1.0 if u - tie < win else 0.0
     return 1.0 if u < win else 0.5 if u < win + tie else 0.0
 
 

@@ -9,7 +9,8 @@ With ``dedup`` a position is kept once per target, with the move the winners pla
 often over the iteration's games (a move a lucky winner made once is outvoted). For DPO, the moves played in a position
 by eventual winners and by eventual losers are counted over all the iteration's games; where
 the target lost after a move that a winner did not play there, the pair is (the winners' most
-frequent move, the target's move), one per (target, position). Draws teach nothing here.
+frequent move, the target's move), one per (target, position). Draws teach nothing here (but
+with ``tactics``, below).
 
 With ``missed`` (``world.games.missed_moves``), where a target lost, its last move is also learnt
 as it should have been, as the rules show it: the win it had there, else the cell the winner won
@@ -62,11 +63,13 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
     won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
     losing: dict[tuple[str, str], list[tuple[int, Battle, str]]] = {}  # (target, position) -> its losing moves
     target_set = set(targets)
-    # (target, position, the right move, its move, battle, its version): missed moves, in log order
+    # (target, position, the right move, its move, battle, its version): missed and tactical moves, in log order
     corrected: list[tuple[str, str, int, int, Battle, str]] = []
     for b in battles:
+        plies = None
         if tactics and b.ok and (v := judgments.get(b.battle_id)) is not None and v.valid:  # draws too
-            corrected += _tactic_misses(b, target_set, held_out, style)
+            plies = replay(b.prompt, b.response_a, b.response_b).plies
+            corrected += _tactic_misses(b, plies, target_set, held_out, style)
         j = decisive(b, judgments.get(b.battle_id), dropped)
         if j is None:
             continue
@@ -79,7 +82,8 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
             learners = [loser]
         else:
             learners = [base_name(players[win_seat])] if cfg.include_target_wins else []
-        plies = replay(b.prompt, b.response_a, b.response_b).plies
+        if plies is None:
+            plies = replay(b.prompt, b.response_a, b.response_b).plies
         last = _missed_move(plies, win_seat) if missed and target_lost else None
         if last is not None and (lost_at := last[0].position.text(style)) not in held_out:
             corrected.append((loser, lost_at, last[1], last[0].move, b, players[lose_seat]))
@@ -146,13 +150,14 @@ def _with_images(rows: list, moves: tuple[str, ...], held_out: set[str], dropped
     return out
 
 
-def _tactic_misses(b: Battle, targets: set[str], held_out: set[str], style: str
+def _tactic_misses(b: Battle, plies: tuple[Ply, ...], targets: set[str], held_out: set[str], style: str
                    ) -> list[tuple[str, str, int, int, Battle, str]]:
-    """Every move of a target in battle ``b`` where the rules name the move and it played another
-    (``Position.tactical_moves``): (target, position, the rules' move, its move, battle, its version)."""
+    """Every move of a target in battle ``b`` (its replayed ``plies``) where the rules name the move
+    and it played another (``Position.tactical_moves``): (target, position, the rules' move, its
+    move, battle, its version)."""
     players = {"a": b.model_a, "b": b.model_b}
     out = []
-    for ply in replay(b.prompt, b.response_a, b.response_b).plies:
+    for ply in plies:
         t = base_name(players[ply.seat])
         if t not in targets:
             continue

@@ -112,7 +112,7 @@ def training_data(ctx: Context, k: int, kind: str, target: str):
 def rules_first(parts: list) -> list:
     """SFT rows of several iterations, less those that teach another move in a position where
     some iteration's row from the rules (a games world's missed win or block,
-    ``world.games.missed_moves``) names the move: a winner may have won after a blunder there,
+    ``world.games.missed_moves`` and ``world.games.tactics``) names the move: a winner may have won after a blunder there,
     the rules' move is certain. Rows from other sources never displace each other."""
     right: dict[str, set[str]] = {}
     for p in (p for p in parts if "source_model" in p.column_names):
