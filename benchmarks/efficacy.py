@@ -13,8 +13,10 @@ after each iteration is compared with the opponents:
 
 Per seed one line per goal, then the mean with a 95% CI over the seeds and how many seeds meet
 each goal; then per category, pooled over the seeds, the in-use version's accuracy at iteration 0
-and at the end beside the best opponent's, and the chance that a model exactly as good as the best
-opponent there would pass the 90% bar on one seed's eval prompts (what the eval split can resolve).
+and at the end beside the best opponent's, the chance that a model exactly as good as the best
+opponent there would pass the 90% bar on one seed's eval prompts, and the chance that one exactly as
+good as iteration 0 there would stay within the forgetting goal's 2 points of it (what the eval split
+can resolve).
 Defaults were chosen on seeds 0-4; rerun on others: ``--seeds 5,6,7``.
 
     python -m benchmarks.efficacy --seeds 5,6,7           # ~4 min per seed on 2 cores (2 at a time)
@@ -106,6 +108,14 @@ def chance_at_least(n: int, p: float, bar: float) -> float:
     return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(need, n + 1))
 
 
+def holds_still(n: int, first: float) -> float:
+    """The chance that a new version exactly as good as iteration 0 in a category (accuracy
+    ``first`` on ``n`` prompts), its answers right or wrong independently of iteration 0's, does not
+    fall more than the forgetting goal's 2 points below it: what the eval split can resolve of
+    forgetting where a category holds still."""
+    return chance_at_least(n, first, (round(first * n) - GOALS["forgetting"][1] * n) / n)
+
+
 def meets(name: str, value: float) -> bool:
     op, goal = GOALS[name]
     return value >= goal - 1e-9 if op == ">=" else value <= goal + 1e-9
@@ -168,20 +178,23 @@ def category_table(summaries: list[dict], cfg) -> None:
         cats = [by_category(s, target) for s in summaries]
         print(f"\n{target} per category, mean +- 95% CI over the {len(summaries)} seeds (in-use version; eval split):")
         print(f"{'category':<10}{'prompts':>8}{'iteration 0':>18}{'last':>18}{'best opponent':>20}{'last / best':>13}"
-              f"{'an equal model passes':>23}")
-        equal = 1.0
+              f"{'an equal model passes':>23}{'one that holds passes':>23}")
+        equal = held = 1.0
         for c in cats[0]:
             first, last = mean_ci([x[c][1] for x in cats]), mean_ci([x[c][0] for x in cats])
             top, name, n = cats[0][c][2], cats[0][c][3], sizes[c]
             # a model exactly as good as the best opponent here (the opponents are the same models,
             # measured the same, on every seed), its answers right or wrong independently of theirs
             eq = chance_at_least(n, top, GOALS["worst_category"][1] * round(top * n) / n) if top > 0 else 1.0
-            equal *= eq
+            hold = holds_still(n, first[0])
+            equal, held = equal * eq, held * hold
             share = f"{last[0] / top:.2f}" if top > 0 else "-"
             print(f"{c:<10}{n:>8}{f'{first[0]:.3f} +- {first[1]:.3f}':>18}{f'{last[0]:.3f} +- {last[1]:.3f}':>18}"
-                  f"{f'{name} {top:.3f}':>20}{share:>13}{eq:>23.2f}")
+                  f"{f'{name} {top:.3f}':>20}{share:>13}{eq:>23.2f}{hold:>23.2f}")
         print(f"on one seed, a model exactly as good as the best opponent in every category meets the worst-category "
-              f"goal with probability {equal:.2f} (binomial: each prompt right independently)")
+              f"goal with probability {equal:.2f}; one exactly as good as iteration 0 in every category (it learnt "
+              f"nothing, forgot nothing) meets the forgetting goal with probability {held:.2f} (binomial: each "
+              f"prompt right independently)")
 
 
 if __name__ == "__main__":

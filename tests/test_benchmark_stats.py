@@ -83,6 +83,16 @@ def test_the_chance_that_an_equal_model_passes_is_a_binomial_tail():
     assert abs(chance_at_least(60, 0.25, 0.9 * 15 / 60) - direct) < 1e-12
 
 
+def test_the_chance_that_a_category_that_holds_still_meets_the_forgetting_goal():
+    from benchmarks.efficacy import holds_still
+
+    # iteration 0 right on 25 of 60: 2 points is 1.2 prompts, so 24 of 60 passes and 23 does not
+    direct = sum(math.comb(60, k) * (25 / 60) ** k * (35 / 60) ** (60 - k) for k in range(24, 61))
+    assert abs(holds_still(60, 25 / 60) - direct) < 1e-12 and 0.6 < direct < 0.7
+    # nothing right (or everything) cannot fall further than the bar by chance
+    assert holds_still(60, 0.0) == 1.0 and abs(holds_still(60, 1.0) - 1.0) < 1e-12
+
+
 def test_active_eval_arenas_tie_close_pairs_and_bound_what_a_design_can_save():
     import numpy as np
 
