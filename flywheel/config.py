@@ -220,6 +220,12 @@ class TrainConfig(Strict):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="dtype the weights are loaded in for training (float32 master weights suit mixed "
         "precision).")
+    activation_checkpointing: bool | None = Field(
+        None, description="Recompute activations in the backward pass instead of keeping them (transformers' "
+        "activation checkpointing): less memory, more compute, the same weights. Unset: on for models of at least "
+        "100M parameters (TRL's default), off for smaller ones, where activations take little memory and "
+        "recomputing them doubled the step time (the tiny models: 300 steps in 5.6 s against 11.1 s, bit-identical "
+        "weights).")
     sft_args: dict[str, Any] = Field({}, description="Extra trl.SFTConfig fields (override the ones built here), "
                                      "e.g. {gradient_accumulation_steps: 4}.")
     dpo_args: dict[str, Any] = Field({}, description="Extra trl.DPOConfig fields, e.g. {loss_type: ipo}.")

@@ -108,13 +108,25 @@ def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int
     )
 
 
-def trl_default(config_cls: type, name: str):
-    """A TRL config's own default for a field. TRL sets ``gradient_checkpointing``, which
-    transformers now names ``activation_checkpointing`` (the old name warns): the same default is
-    passed under the new name, so training is unchanged and quiet."""
-    import dataclasses
+# Models this large keep TRL's default of activation checkpointing (``train.activation_checkpointing``
+# unset); smaller ones train without it.
+CHECKPOINTING_FROM_PARAMS = 100_000_000
 
-    return next(f.default for f in dataclasses.fields(config_cls) if f.name == name)
+
+def activation_checkpointing(cfg: TrainConfig, model, extra: dict) -> bool:
+    """Whether a phase recomputes activations in the backward pass: its ``extra`` TRL fields
+    (``train.sft_args`` / ``dpo_args``) where they name it, else ``train.activation_checkpointing``,
+    else TRL's default (on) for models of at least ``CHECKPOINTING_FROM_PARAMS`` parameters and
+    off below: a small model's activations take little memory, and recomputing them costs it as
+    much time as the rest of the step. Either way the weights come out the same. TRL calls it
+    ``gradient_checkpointing``, which transformers now names ``activation_checkpointing`` (the old
+    name warns, and the new one wins where both are given: both are passed, the same)."""
+    for name in ("activation_checkpointing", "gradient_checkpointing"):
+        if extra.get(name) is not None:
+            return bool(extra[name])
+    if cfg.activation_checkpointing is not None:
+        return cfg.activation_checkpointing
+    return sum(p.numel() for p in model.parameters()) >= CHECKPOINTING_FROM_PARAMS
 
 
 def resume_point(folder: Path) -> tuple[str, int] | None:
@@ -195,7 +207,7 @@ def train_version(
                 from trl import SFTConfig, SFTTrainer
 
                 args = SFTConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw),
-                                    "activation_checkpointing": trl_default(SFTConfig, "gradient_checkpointing"),
+                                    "activation_checkpointing": activation_checkpointing(cfg, model, cfg.sft_args),
                                     "completion_only_loss": True, "packing": False, **cfg.sft_args})
                 trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
                                      processing_class=tokenizer, peft_config=peft)
@@ -203,7 +215,7 @@ def train_version(
                 from trl import DPOConfig, DPOTrainer
 
                 args = DPOConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw), "beta": cfg.dpo_beta,
-                                    "activation_checkpointing": trl_default(DPOConfig, "gradient_checkpointing"),
+                                    "activation_checkpointing": activation_checkpointing(cfg, model, cfg.dpo_args),
                                     **cfg.dpo_args})
                 trainer = DPOTrainer(model=model, args=args,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),

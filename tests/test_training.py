@@ -135,6 +135,40 @@ def test_sft_args_reach_the_trainer(tiny_models_dir, tmp_path):
     assert seen == [2]
 
 
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_small_models_train_without_recomputing_activations_to_the_same_weights(tiny_models_dir, tmp_path,
+                                                                                monkeypatch, method):
+    """train.activation_checkpointing unset: a model under 100M parameters trains without it, one
+    above keeps TRL's default (on); set, it is obeyed, and so is TRL's own name for it in sft_args /
+    dpo_args; on or off, the weights come out the same."""
+    import flywheel.progress as progress
+    import flywheel.training as training
+
+    seen = []
+
+    from transformers import TrainerCallback
+
+    class Record(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            seen.append((args.activation_checkpointing, model.is_gradient_checkpointing))
+
+    monkeypatch.setattr(progress, "trainer_callback", lambda *a: Record())
+    base = str(tiny_models_dir / "student")
+
+    def train(name: str, **fields) -> dict:
+        cfg = TrainConfig(method=method, steps=3, batch_size=4, **fields)
+        train_version(base, tmp_path / name, SFT, DPO, cfg, steps=3, seed=0)
+        return dict(AutoModelForCausalLM.from_pretrained(tmp_path / name).named_parameters())
+
+    small = train("auto")
+    monkeypatch.setattr(training, "CHECKPOINTING_FROM_PARAMS", 1000)  # the tiny model counts as large
+    large = train("auto-large")
+    forced_off = train("off", activation_checkpointing=False)
+    trl_name = train("trl-name", **{f"{method}_args": {"gradient_checkpointing": False}})
+    assert seen == [(False, False), (True, True), (False, False), (False, False)]
+    assert all(torch.equal(small[n], m[n]) for m in (large, forced_off, trl_name) for n in small)
+
+
 def test_weight_decay_shrinks_the_weights_it_applies_to(tiny_models_dir, tmp_path):
     """train.weight_decay reaches AdamW: the same two steps with a large decay leave the weight
     matrices smaller; biases and norms are not decayed by transformers' optimizer grouping."""
