@@ -3,7 +3,8 @@
 Each category has difficulty levels 1..3. A prompt is a short string that ends in ``=``; its
 reference answer is what a perfect model writes after it. The train pool, the validation split
 (what steers a run) and the held-out eval split (reported only) are drawn from one seeded
-generator and never share a prompt text.
+generator and never share a prompt's meaning: ``3+5=`` and ``5+3=`` (or ``sort 312=`` and
+``sort 123=``) are twins, and twins stay in one split.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from collections.abc import Callable, Iterable
 from flywheel.records import Prompt, stable_id
 
 LETTERS = "abcde"  # a small alphabet keeps character counting and reversal learnable
+# The suite's version: raised whenever the same seed and sizes make other splits (it is part of a
+# pre-trained model's fingerprint, so models built on an older suite are rebuilt). 2: twins.
+SUITE_VERSION = 2
 
 
 def _digits(rng: random.Random, n: int) -> int:
@@ -76,6 +80,28 @@ CATEGORIES: tuple[str, ...] = tuple(GENERATORS)
 LEVELS: tuple[int, ...] = (1, 2, 3)
 
 
+def meaning(category: str, text: str) -> str:
+    """What a prompt asks, up to the rewritings the suite knows leave its answer unchanged: the
+    operands of a sum or product in either order, the digits to sort or the letters to count in
+    any order. Prompts of one category with the same meaning are twins. Any other text (another
+    category, another format) means itself."""
+    body = text.removesuffix("=")
+    try:
+        if category in ("add", "mul"):
+            op = "+" if category == "add" else "*"
+            a, b = body.split(op)
+            return op.join(sorted((a, b), key=lambda x: (int(x), x))) + "="
+        if category == "sort":
+            word, digits = body.split(" ")
+            return f"{word} {''.join(sorted(digits))}="
+        if category == "count":
+            word, letter, s = body.split(" ")
+            return f"{word} {letter} {''.join(sorted(s))}="
+    except ValueError:  # not in the suite's format: no known twin
+        pass
+    return text
+
+
 def make_prompt(text: str, answer: str, category: str, level: int, split: str) -> Prompt:
     return Prompt(
         id=stable_id(category, level, text),
@@ -88,18 +114,24 @@ def make_prompt(text: str, answer: str, category: str, level: int, split: str) -
 
 
 def take_validation(train: list[Prompt], val_per_cell: int) -> tuple[list[Prompt], list[Prompt]]:
-    """(train, validation): ``val_per_cell`` prompts of every (category, level) cell of ``train``,
-    chosen by a hash of their ids (so the choice does not depend on the order), move to the
-    validation split; the rest stays in train."""
+    """(train, validation): ``val_per_cell`` meanings of every (category, level) cell of ``train``,
+    chosen by a hash of their prompts' ids (so the choice does not depend on the order), move to
+    the validation split, one prompt each; their twins leave train. The rest stays in train."""
     if val_per_cell <= 0:
         return train, []
-    cells: dict[tuple[str, int], list[Prompt]] = {}
+    cells: dict[tuple[str, int], dict[str, list[Prompt]]] = {}
     for p in train:
-        cells.setdefault((p.category, p.level), []).append(p)
-    chosen = {p.id for ps in cells.values()
-              for p in sorted(ps, key=lambda p: stable_id("validation", p.id))[: min(val_per_cell, len(ps) // 2)]}
+        cells.setdefault((p.category, p.level), {}).setdefault(meaning(p.category, p.text), []).append(p)
+    rank = lambda p: stable_id("validation", p.id)  # noqa: E731
+    chosen: set[str] = set()  # the validation prompts' ids
+    gone: set[tuple[str, str]] = set()  # (category, meaning) taken out of train
+    for (category, _), twins in cells.items():
+        firsts = sorted((min(ps, key=rank) for ps in twins.values()), key=rank)
+        for p in firsts[: min(val_per_cell, len(twins) // 2)]:
+            chosen.add(p.id)
+            gone.add((category, meaning(category, p.text)))
     validation = [Prompt(p.id, p.text, p.category, p.level, p.reference, "validation") for p in train if p.id in chosen]
-    return [p for p in train if p.id not in chosen], validation
+    return [p for p in train if (p.category, meaning(p.category, p.text)) not in gone], validation
 
 
 def build_suite(
@@ -111,8 +143,9 @@ def build_suite(
 ) -> tuple[list[Prompt], list[Prompt]]:
     """The train pool and the eval split, ``*_per_cell`` distinct prompts per (category, level).
 
-    Eval prompts are drawn first and removed from the train pool, so the two never overlap. Where
-    a cell has fewer distinct prompts than asked (1-digit addition has 100), it gets all it has.
+    Eval prompts are drawn first, one per meaning, and every twin of an eval prompt is left out
+    of the train pool, so the two never share a meaning (:func:`meaning`). Where a cell has fewer
+    distinct prompts than asked (1-digit addition has 100 texts, 55 meanings), it gets what it has.
     """
     rng = random.Random(seed)
     train: list[Prompt] = []
@@ -128,8 +161,12 @@ def build_suite(
                 text, answer = GENERATORS[category](rng, level)
                 seen.setdefault(text, answer)
                 tries += 1
-            items = list(seen.items())
-            n_eval = min(eval_per_cell, len(items) // 2)
-            evals += [make_prompt(t, a, category, level, "eval") for t, a in items[:n_eval]]
-            train += [make_prompt(t, a, category, level, "train") for t, a in items[n_eval:]]
+            firsts: dict[str, tuple[str, str]] = {}  # meaning -> its first prompt, in drawing order
+            for text, answer in seen.items():
+                firsts.setdefault(meaning(category, text), (text, answer))
+            held = list(firsts)[: min(eval_per_cell, len(firsts) // 2)]
+            evals += [make_prompt(*firsts[m], category, level, "eval") for m in held]
+            held_set = set(held)
+            train += [make_prompt(t, a, category, level, "train") for t, a in seen.items()
+                      if meaning(category, t) not in held_set]
     return train, evals

@@ -20,7 +20,7 @@ import torch
 from flywheel.config import ModelSpec, WorldConfig
 from flywheel.records import Prompt, stable_id
 from flywheel.store import save_checkpoint
-from flywheel.tasks import build_suite, take_validation
+from flywheel.tasks import SUITE_VERSION, build_suite, take_validation
 
 log = logging.getLogger("flywheel")
 
@@ -120,8 +120,8 @@ NOT_PRETRAINING = {"max_illegal", "symmetries", "missed_moves", "tactics"}  # ga
 def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
     """What a pre-trained model depends on: the task suite (its splits), the model's spec, the
     batch size and the seed. Stored with the model as ``flywheel-model.json``."""
-    made = {"tasks": world.tasks.model_dump(mode="json"), "model": spec.model_dump(mode="json"),
-            "batch_size": world.batch_size, "seed": seed}
+    made = {"tasks": world.tasks.model_dump(mode="json"), "suite": SUITE_VERSION,
+            "model": spec.model_dump(mode="json"), "batch_size": world.batch_size, "seed": seed}
     if world.kind == "games":  # (kept out otherwise: task models keep their fingerprints)
         made = {"games": world.games.model_dump(mode="json", exclude=NOT_PRETRAINING), "model": spec.model_dump(mode="json"),
                 "batch_size": world.batch_size, "seed": seed}

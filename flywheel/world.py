@@ -16,7 +16,7 @@ from flywheel.players.registry import player_from_config
 from flywheel.players.base import PlayerSetup
 from flywheel.records import PlayerVersion, Prompt, stable_id
 from flywheel.store import RunStore
-from flywheel.tasks import build_suite, take_validation
+from flywheel.tasks import build_suite, meaning, take_validation
 
 
 class Splits(NamedTuple):
@@ -44,7 +44,8 @@ def prompt_pools(tasks: TaskSuiteConfig) -> Splits:
 def world_pools(world: WorldConfig) -> Splits:
     """The world's splits: a games world's start positions; else the task suite's splits, the
     user prompt pools added to train. A pool prompt that repeats
-    an eval, validation or earlier prompt is dropped; a bad row fails with its file and line
+    an eval, validation or earlier prompt is dropped, and so is a twin of an eval or validation
+    prompt (tasks.meaning); a bad row fails with its file and line
     unless the pool says ``skip_bad``."""
     from flywheel.prompts import bad_rows_message, ingest
 
@@ -56,12 +57,13 @@ def world_pools(world: WorldConfig) -> Splits:
     if not world.prompt_pools:
         return Splits(train, evals, validation)
     seen = {" ".join(p.text.split()) for p in train + evals + validation}
+    held = {(p.category, meaning(p.category, p.text)) for p in evals + validation}  # their twins too
     train = list(train)
     for pool in world.prompt_pools:
         got = ingest(pool.path, pool.layout, pool.category, True, seen)
         if got.bad and not pool.skip_bad:
             raise ValueError(f"prompt pool {pool.path}: {bad_rows_message(got.bad)}")
-        train += got.prompts
+        train += [p for p in got.prompts if (p.category, meaning(p.category, " ".join(p.text.split()))) not in held]
     return Splits(train, evals, validation)
 
 

@@ -40,15 +40,30 @@ TINY_MODELS = [
 TINY_TASKS = {"train_per_cell": 30, "eval_per_cell": 2, "val_per_cell": 2}
 
 
+# The four models as pre-trained once (``python -m tests.golden --models`` rewrites them): shipped,
+# so that runs from them, and the golden digests, are the same on every machine whatever its
+# floating point would have pre-trained.
+FIXTURE_MODELS = Path(__file__).parent / "fixtures" / "tiny-models"
+
+
+def tiny_world(models_dir: Path):
+    from flywheel.config import WorldConfig
+
+    return WorldConfig(models_dir=models_dir, models=[ModelSpec(**m) for m in TINY_MODELS], tasks=TINY_TASKS)
+
+
 @pytest.fixture(scope="session")
 def tiny_models_dir(tmp_path_factory) -> Path:
-    """The embedded world's four models, pre-trained for a few steps (real, just small)."""
-    from flywheel.config import WorldConfig
+    """The embedded world's four models, pre-trained for a few steps (real, just small): a copy of
+    the shipped fixture; a model whose fingerprint no longer matches the code is pre-trained anew
+    (and the golden tests then say the fixture is stale)."""
+    import shutil
+
     from flywheel.tinymodels import bootstrap
 
     d = tmp_path_factory.mktemp("models")
-    bootstrap(WorldConfig(models_dir=d, models=[ModelSpec(**m) for m in TINY_MODELS],
-                          tasks=TINY_TASKS))
+    shutil.copytree(FIXTURE_MODELS, d, dirs_exist_ok=True)
+    bootstrap(tiny_world(d))
     return d
 
 

@@ -26,9 +26,7 @@ def finished_run(harness, tiny_models_dir, tmp_path_factory):
     from tests.conftest import tiny_tree
 
     root = tmp_path_factory.mktemp("runs")
-    # weight decay 0: the golden digest was written by the code before the stage restructure, which had none
-    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6,
-                                                  train__weight_decay=0.0))
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6))
     run_dir = run_flywheel(cfg.model_dump(mode="json"))  # as the CLI runs it: tagged, on the config's runner
     return RunStore(root / "flow") if run_dir else None
 
@@ -57,13 +55,17 @@ GOLDEN = Path(__file__).parent / "fixtures" / "golden.json"
 
 
 def check_golden(name: str, run_dir: Path, models_dir: Path) -> None:
-    """The run made exactly what the code before the stage-layer restructure made for the same
-    config and seed (tests/fixtures/golden.json, written by that code): the same battles, answers,
-    verdicts, datasets and accuracies. ``FLYWHEEL_UPDATE_GOLDEN=1`` rewrites the entry (only for a
-    change that means to alter results; say so in its commit)."""
+    """The run made exactly what the fixture's run made for the same config and seed
+    (tests/fixtures/golden.json): the same battles, answers, verdicts, datasets and accuracies,
+    from the shipped pre-trained models (tests/fixtures/tiny-models). Where this CPU's arithmetic
+    trained other weights than the fixture machine's, what the pre-trained models alone made (the
+    first iteration's battles, verdicts and datasets; iteration 0's evaluation) must still be the
+    same, and a warning says the rest was not compared. ``FLYWHEEL_UPDATE_GOLDEN=1`` rewrites the
+    entry (only for a change that means to alter results; say so in its commit)."""
     import os
+    import warnings
 
-    from tests.golden import digest, weights_digest
+    from tests.golden import before_training, digest, weights_digest
 
     golden = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     got = {"weights": weights_digest(models_dir), **digest(run_dir)}
@@ -72,12 +74,18 @@ def check_golden(name: str, run_dir: Path, models_dir: Path) -> None:
         GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
         return
     want = golden[name]
-    if got["weights"] != want["weights"]:  # another CPU's arithmetic pre-trained other tiny models
-        pytest.skip("the pre-trained tiny models differ from the fixture's (floating point of this machine)")
+    assert got["weights"] == want["weights"], ("the shipped tiny models are stale (their fingerprint changed, so they "
+                                               "were pre-trained anew): python -m tests.golden --models")
+    if got["trained"] != want["trained"]:
+        warnings.warn(f"golden {name}: this CPU trained other weights than the fixture machine's; compared only "
+                      "what the pre-trained models made (iteration 1's battles, verdicts and datasets, iteration 0)",
+                      RuntimeWarning)
+        assert before_training(got) == before_training(want)
+        return
     assert got == want
 
 
-def test_same_seed_same_results_as_before_the_restructure(finished_run, tiny_models_dir):
+def test_same_seed_same_results_on_any_machine(finished_run, tiny_models_dir):
     check_golden("flow", finished_run.root, tiny_models_dir)
 
 
@@ -340,8 +348,7 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
                      allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1,
-                     allocate__sharing="federated", allocate__merge_strength=0.5, allocate__signal="loss",
-                     train__weight_decay=0.0)  # as the golden digest was written: before weight decay
+                     allocate__sharing="federated", allocate__merge_strength=0.5, allocate__signal="loss")
     base = str(tiny_models_dir / "student")
     tree["targets"] = [{"name": "fast", "path": base, "learning_rate": 1e-2},
                        {"name": "mid", "path": base}, {"name": "slow", "path": base, "learning_rate": 1e-6}]

@@ -48,5 +48,38 @@ def test_no_prompt_is_in_two_splits():
     assert len(validation) == 18 * 10 and {p.split for p in validation} == {"validation"}
     assert {(p.category, p.level) for p in validation} == {(c, lv) for c in CATEGORIES for lv in (1, 2, 3)}
     full, _ = build_suite(1234, 250, 20)
-    assert len(train) + len(validation) == len(full)  # carved out of the train pool
+    assert {p.text for p in train + validation} <= {p.text for p in full}  # carved out of the train pool
     assert {p.id for p in take_validation(full[::-1], 10)[1]} == {p.id for p in validation}  # by hash, not order
+
+
+def test_twins_are_one_meaning_and_other_texts_mean_themselves():
+    from flywheel.tasks import meaning
+
+    assert meaning("add", "3+12=") == meaning("add", "12+3=") != meaning("add", "13+2=")
+    assert meaning("mul", "7*40=") == meaning("mul", "40*7=")
+    assert meaning("sort", "sort 312=") == meaning("sort", "sort 123=") != meaning("sort", "sort 1233=")
+    assert meaning("count", "count a abcab=") == meaning("count", "count a bbaac=") != meaning("count", "count b abcab=")
+    assert meaning("sub", "9-3=") != meaning("sub", "3-9=")  # not commutative
+    assert meaning("rev", "rev abc=") != meaning("rev", "rev cba=")
+    assert meaning("add", "what is 3 plus 5?") == "what is 3 plus 5?"  # a user's text: no known twin
+    assert meaning("tictactoe", "x.o|...|...") == "x.o|...|..."
+
+
+def test_no_meaning_is_in_two_splits_on_any_suite():
+    """Held out by meaning, not by string: no eval or validation prompt has a twin (``b+a`` for
+    ``a+b``, an anagram to sort or count) in another split, on the default suite and others."""
+    from flywheel.config import TaskSuiteConfig
+    from flywheel.tasks import meaning
+    from flywheel.world import prompt_pools
+
+    for seed in (1234, 7, 99):
+        splits = prompt_pools(TaskSuiteConfig(seed=seed))
+        meanings = [{(p.category, meaning(p.category, p.text)) for p in s} for s in splits]
+        train, evals, validation = meanings
+        assert not (train & evals or train & validation or evals & validation), seed
+        assert len(evals) == len(splits.eval) and len(validation) == len(splits.validation)  # one of each
+        assert {(p.category, p.level) for p in splits.eval} == {(c, lv) for c in CATEGORIES for lv in (1, 2, 3)}
+    # 1-digit sums have 55 meanings: 20 eval, 10 validation, and train keeps the rest with their twins
+    by_cell = [p for p in prompt_pools(TaskSuiteConfig()).train if (p.category, p.level) == ("add", 1)]
+    assert len({meaning("add", p.text) for p in by_cell}) == 55 - 20 - 10
+    assert len(by_cell) > 55 - 20 - 10  # both texts of a twin pair that is all in train stay
