@@ -2,27 +2,40 @@
 
 1. Simulated problems (stationary and drifting Bernoulli arms, per seed): cumulative regret of
    each policy against the oracle, and as a ratio to uniform's regret.
-2. The flywheel itself, same seeds and iterations for both arms: ``select.policy: uniform`` and
-   the bandit (``--policy``, default thompson) each run at 1/3, 2/3 and 1 of the battle budget.
-   Per budget: the final eval accuracy of the target, mean and 95% CI over the seeds. The ratio
-   of a seed: the isotonic (monotone) fit of each arm's accuracy against budget, then uniform's
-   budget / the bandit's budget for the same accuracy (benchmarks/stats.py). The last line is
-   ``ratio: X``, the median over the seeds.
+2. The flywheel itself, same run seeds, worlds and iterations for both arms: ``select.policy:
+   uniform`` and the bandit (``--policy``, default the embedded default's thompson) each run at
+   1/8, 1/4, 1/2 and 1 of the battle budget (an 8x span: a ratio up to 8 can be read off the
+   curves). Per budget: the final eval accuracy of the target, mean and 95% CI over the runs. The
+   ratio of a run: the isotonic (monotone) fit of each arm's accuracy against budget, then
+   uniform's budget / the bandit's budget for the same accuracy (benchmarks/stats.py). A ratio
+   marked ``>=`` is a floor (the bandit was already at uniform's final accuracy at the smallest
+   budget), ``<=`` a ceiling. The last line is ``ratio: X``, the median over the runs.
+
+   Variants (``--variant``), each with every setting its figures depend on pinned here, so that a
+   later change of the embedded default does not change what this benchmark runs:
+   - ``default``: the embedded default as a user runs it (4 iterations, 1,200 steps, 4,000 battles
+     per iteration at the full budget, self-distillation, replay, promotion, weight decay);
+   - ``before-self-distillation``: the settings the first published figures used (3 iterations,
+     400 steps, 2,000 battles, no self-distillation, no promotion, no weight decay).
 
    Scenarios (``--scenario``):
-   - ``balanced``: the embedded default's task suite (18 category x level cells);
-   - ``skewed``: as a real prompt pool looks: a user pool (``world.prompt_pools``, written by the
-     benchmark) adds 42 cells of the same six tasks at levels 5-11 - sums of 3-9 digit numbers,
-     strings of 8-14 letters - that no model in the arena answers, so 70% of the cells (and of
-     the train prompts) teach nothing and uniform selection wastes 70% of its battles there. The
-     eval split is the suite's, as in ``balanced``.
+   - ``balanced``: the embedded default's task suite (18 category x level cells), nothing added;
+   - ``realistic``: a user pool (``world.prompt_pools``, written by the benchmark) beside the
+     suite: 6 cells of the same tasks at level 6, beyond every model here (25% of the cells and
+     of the train prompts), and near-duplicates (twins: ``b+a`` for ``a+b``, anagrams to sort or
+     count) of a fifth of the suite's train prompts in their own cells;
+   - ``skewed``: an extreme built to show what selection can save: 42 cells of the same six tasks
+     at levels 5-11 (sums of 3-9 digit numbers, strings of 8-14 letters) that no model here
+     answers, so 70% of the cells (and of the train prompts) teach nothing.
+   The eval split is always the suite's.
 
-The defaults (select.* of the embedded default) were chosen on seeds 0-4 only; pass other seeds
-to check them: ``--seeds 5,6,7,8,9``.
+Every run seed runs on every world (``--suites`` x ``--pretrainings``; benchmarks/worlds.py). The
+selection defaults were chosen on suite 1234, pre-training 0; other suites and pre-trainings are
+held out (new prompts, new pre-trained models).
 
-    python -m benchmarks.bandits --scenario skewed --seeds 5,6,7,8,9     # ~30 min on 2 cores
-    python -m benchmarks.bandits --scenario balanced
-    python -m benchmarks.bandits --quick      # 2 seeds, 2 iterations, smaller budgets: ~2 min
+    python -m benchmarks.bandits --scenario balanced --suites 7 --pretrainings 1 --seeds 0,1   # held out
+    python -m benchmarks.bandits --scenario realistic --variant before-self-distillation
+    python -m benchmarks.bandits --quick      # 2 seeds, 2 iterations, 200 steps, 1,200 battles at most
     python -m benchmarks.bandits --sim-only
 """
 
@@ -42,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
+from benchmarks.worlds import World, add_world_args, describe, worlds_of
 from flywheel.bandits import POLICIES, Bandit
 
 SIM_POLICIES = [("uniform", {}), ("ucb", {}), ("thompson", {}), ("gaussian", {}), ("exp3", {}),
@@ -80,8 +94,10 @@ def part1(seeds: list[int]) -> None:
         print(f"{label:<24}{st:>12.1f}{base['st'] / st:>11.2f}{dr:>12.1f}{base['dr'] / dr:>11.2f}")
 
 
-FRACTIONS = (1 / 3, 2 / 3, 1.0)
+FRACTIONS = (1 / 8, 1 / 4, 1 / 2, 1.0)
 SKEW_LEVELS = tuple(range(5, 12))  # 6 tasks x 7 levels = 42 cells beside the suite's 18: 70%
+REALISTIC_LEVELS = (6,)  # 6 cells beside the suite's 18: 25%
+TWIN_SHARE = 0.2  # of the suite's train prompts, near-duplicated in the realistic pool
 
 
 def _digits(rng: random.Random, n: int) -> int:
@@ -111,40 +127,105 @@ def out_of_reach(category: str, level: int, rng: random.Random) -> tuple[str, st
     return f"count {c} {s}=", str(s.count(c))
 
 
-def write_skewed_pool(path: Path, categories: list[str], per_cell: int, seed: int = 99) -> int:
-    """The skewed scenario's user pool (plain JSONL with references); returns its cell count."""
+def write_hard_pool(path: Path, categories: list[str], levels: tuple[int, ...], per_cell: int, seed: int = 99) -> list[dict]:
+    """Rows of out-of-reach prompts: ``per_cell`` of each task at each of ``levels``."""
     rng = random.Random(seed)
     rows = []
     for c in categories:
-        for level in SKEW_LEVELS:
+        for level in levels:
             seen: dict[str, str] = {}
             while len(seen) < per_cell:
                 text, answer = out_of_reach(c, level, rng)
                 seen.setdefault(text, answer)
             rows += [{"prompt": t, "reference": a, "category": c, "level": level} for t, a in seen.items()]
+    return rows
+
+
+def twin_of(category: str, text: str, rng: random.Random) -> str | None:
+    """Another text with the same meaning (tasks.meaning): the operands swapped, the digits or
+    letters shuffled; None where the prompt has no other text (``1+1=``, ``rev``, ``sub``)."""
+    from flywheel.tasks import meaning
+
+    body = text.removesuffix("=")
+    if category in ("add", "mul"):
+        op = "+" if category == "add" else "*"
+        a, b = body.split(op)
+        twin = f"{b}{op}{a}="
+    elif category in ("sort", "count"):
+        *head, s = body.split(" ")
+        chars = list(s)
+        for _ in range(10):
+            rng.shuffle(chars)
+            if "".join(chars) != s:
+                break
+        twin = " ".join([*head, "".join(chars)]) + "="
+    else:
+        return None
+    return twin if twin != text and meaning(category, twin) == meaning(category, text) else None
+
+
+def write_pool(scenario: str, path: Path, cfg) -> str:
+    """The scenario's user pool (plain JSONL with references); returns what it holds, in words."""
+    from flywheel.world import prompt_pools
+
+    tasks = cfg.world.tasks
+    per_cell = tasks.train_per_cell - tasks.val_per_cell
+    if scenario == "skewed":
+        rows = write_hard_pool(path, list(tasks.categories), SKEW_LEVELS, per_cell)
+        what = f"{len(rows) // per_cell} out-of-reach pool cells (70%)"
+    else:
+        rows = write_hard_pool(path, list(tasks.categories), REALISTIC_LEVELS, per_cell)
+        rng = random.Random(7)
+        splits = prompt_pools(tasks)
+        texts = {p.text for split in splits for p in split}
+        twins = []
+        for p in splits.train:
+            twin = twin_of(p.category, p.text, rng) if rng.random() < TWIN_SHARE else None
+            if twin is not None and twin not in texts:
+                texts.add(twin)
+                twins.append({"prompt": twin, "reference": p.reference, "category": p.category, "level": p.level})
+        what = (f"{len(rows) // per_cell} out-of-reach pool cells (25%) and {len(twins)} near-duplicates of train "
+                "prompts in their cells")
+        rows += twins
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return len(categories) * len(SKEW_LEVELS)
+    return what
 
 
-# The flywheel settings the README's figures were measured with, before the embedded default
-# grew (4 iterations, 1,200 steps, self-distillation, promotion, weight decay): the selection is what is compared.
-MEASURED_WITH = ["run.iterations=3", "train.steps=400", "train.learning_rate=0.003", "train.weight_decay=0",
-                 "curate.include_target_wins=false", "curate.include_target_ties=false", "evaluate.promotion=always"]
+# Every setting the published figures depend on, per variant (the scenario and the world come on
+# top; --set overrides and --quick after these).
+VARIANTS = {
+    "default": ["run.iterations=4", "select.battles_per_iteration=4000", "select.rounds=4", "select.discount=0.8",
+                "select.prompt_floor=0.5", "select.reward=yield", "train.steps=1200", "train.learning_rate=0.0015",
+                "train.weight_decay=1.0", "train.replay=true", "curate.include_target_wins=true",
+                "curate.include_target_ties=true", "evaluate.promotion=validation"],
+    "before-self-distillation": ["run.iterations=3", "select.battles_per_iteration=2000", "select.rounds=4",
+                                 "select.discount=0.8", "select.prompt_floor=0.5", "select.reward=yield",
+                                 "train.steps=400", "train.learning_rate=0.003", "train.weight_decay=0",
+                                 "train.replay=true", "curate.include_target_wins=false",
+                                 "curate.include_target_ties=false", "evaluate.promotion=always"],
+}
+QUICK = ["run.iterations=2", "select.battles_per_iteration=1200", "train.steps=200"]  # applied last
 
 
-def scenario_config(scenario: str, overrides: list[str], tmp: Path):
-    """The embedded default (with ``--set`` overrides), plus the skewed pool for ``skewed``."""
+def bench_overrides(variant: str, world: World, extra: list[str], quick: bool) -> list[str]:
+    """The overrides of one world's runs: no bootstrap CIs (not read), the variant's pins, the
+    world, the user's ``--set``, and ``--quick``'s sizes last, so that nothing undoes them."""
+    return ["rating.bootstrap_rounds=0", *VARIANTS[variant], *world.overrides(), *extra, *(QUICK if quick else [])]
+
+
+def scenario_config(scenario: str, overrides: list[str], tmp: Path) -> tuple[object, str]:
+    """The embedded default with ``overrides``, plus the scenario's pool; and what it holds."""
     from flywheel.config import FlywheelConfig, load_config
 
     cfg = load_config(None, overrides)
-    if scenario == "skewed":
-        tasks = cfg.world.tasks
-        pool = tmp / "skewed_pool.jsonl"
-        write_skewed_pool(pool, list(tasks.categories), tasks.train_per_cell - tasks.val_per_cell)
+    what = "18 suite cells"
+    if scenario != "balanced":
+        pool = tmp / f"{scenario}_pool.jsonl"
+        what += " + " + write_pool(scenario, pool, cfg)
         tree = cfg.model_dump()
         tree["world"]["prompt_pools"] = [{"path": str(pool), "layout": "plain"}]
         cfg = FlywheelConfig.model_validate(tree)
-    return cfg
+    return cfg, what
 
 
 def run_flywheel(cfg, policy: str, seed: int, battles: int, root: Path) -> tuple[float, float]:
@@ -157,7 +238,8 @@ def run_flywheel(cfg, policy: str, seed: int, battles: int, root: Path) -> tuple
     from flywheel.stages.iteration import run_to
 
     tree = cfg.model_dump()
-    tree["run"].update(root=str(root), name=f"{policy}-s{seed}-b{battles}", seed=seed)
+    tree["run"].update(root=str(root), name=f"{policy}-t{cfg.world.tasks.seed}-w{cfg.world.seed}-s{seed}-b{battles}",
+                       seed=seed)
     tree["select"].update(policy=policy, battles_per_iteration=battles)
     run_cfg = type(cfg).model_validate(tree)
     ctx = open_run(run_cfg)
@@ -184,53 +266,68 @@ def ci_table(budgets: list[int], runs: dict[str, dict[int, list[float]]]) -> Non
         print(f"{b:>12}" + "".join(f"{c:>22}" for c in cells))
 
 
-def part2(seeds: list[int], policy: str, scenario: str, overrides: list[str], jobs: int) -> None:
+def part2(seeds: list[int], worlds: list[World], policy: str, scenario: str, variant: str, extra: list[str],
+          quick: bool, jobs: int) -> None:
+    from flywheel.tinymodels import bootstrap
+
     with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as tmp:
-        cfg = scenario_config(scenario, overrides, Path(tmp))
-        from flywheel.tinymodels import bootstrap
-        bootstrap(cfg.world)
+        cfgs = {}
+        for w in worlds:
+            folder = Path(tmp) / f"t{w.suite}-w{w.pretraining}"
+            folder.mkdir()
+            cfgs[w], what = scenario_config(scenario, bench_overrides(variant, w, extra, quick), folder)
+            bootstrap(cfgs[w].world)
+        cfg = cfgs[worlds[0]]
         full = cfg.select.battles_per_iteration
         budgets = [round(full * f) for f in FRACTIONS]
-        cells = "18 suite cells" + (" + 42 out-of-reach pool cells (70%)" if scenario == "skewed" else "")
-        print(f"\n2. the flywheel, scenario {scenario} ({cells}), {cfg.run.iterations} iterations; uniform and "
-              f"{policy} selection at {budgets} battles per iteration; seeds {seeds}")
+        print(f"\n2. the flywheel, variant {variant}, scenario {scenario} ({what}), {cfg.run.iterations} iterations, "
+              f"{cfg.train.steps} steps; uniform and {policy} selection at {budgets} battles per iteration; run seeds "
+              f"{seeds} on {describe(worlds)}")
         acc: dict[str, dict[int, list[float]]] = {"uniform": {b: [] for b in budgets}, policy: {b: [] for b in budgets}}
         taught: dict[str, list[float]] = {"uniform": [], policy: []}
         t0 = time.perf_counter()
-        calls = [(cfg, arm, seed, b, Path(tmp)) for seed in seeds for arm in acc for b in budgets]
-        results = dict(zip([(arm, seed, b) for _, arm, seed, b, _ in calls], run_all(run_flywheel, calls, jobs)))
+        runs = [(w, seed) for w in worlds for seed in seeds]
+        calls = [(cfgs[w], arm, seed, b, Path(tmp)) for w, seed in runs for arm in acc for b in budgets]
+        results = dict(zip([(w, seed, arm, b) for w, seed in runs for arm in acc for b in budgets],
+                           run_all(run_flywheel, calls, jobs)))
         ratios, marks = [], []
-        for seed in seeds:
-            curves = {arm: [results[arm, seed, b][0] for b in budgets] for arm in acc}
+        for w, seed in runs:
+            curves = {arm: [results[w, seed, arm, b][0] for b in budgets] for arm in acc}
             for arm in acc:
-                taught[arm] += [results[arm, seed, b][1] for b in budgets]
+                taught[arm] += [results[w, seed, arm, b][1] for b in budgets]
                 for b, a in zip(budgets, curves[arm]):
                     acc[arm][b].append(a)
             ratio, mark = budget_ratio(budgets, curves["uniform"], curves[policy])
             ratios.append(ratio)
             marks.append(mark)
             show = lambda c: " ".join(f"{a:.3f}" for a in c)  # noqa: E731
-            print(f"seed {seed}: uniform {show(curves['uniform'])} (isotonic {show(isotonic(curves['uniform']))}); "
+            print(f"{w.label}, seed {seed}: uniform {show(curves['uniform'])} (isotonic {show(isotonic(curves['uniform']))}); "
                   f"{policy} {show(curves[policy])} (isotonic {show(isotonic(curves[policy]))}); ratio {mark}{ratio:.2f}")
         print(f"{len(calls)} runs in {time.perf_counter() - t0:.0f} s ({jobs} processes)")
-    print("\nfinal eval accuracy, mean +- 95% CI over the seeds")
+    print("\nfinal eval accuracy, mean +- 95% CI over the runs")
     ci_table(budgets, acc)
+    diff = [a - b for a, b in zip(acc[policy][budgets[-1]], acc["uniform"][budgets[-1]])]
+    m, h = mean_ci(diff)
+    print(f"{policy} - uniform at {budgets[-1]} battles: {m:+.3f} +- {h:.3f} (95% CI {m - h:+.3f} to {m + h:+.3f})")
     for arm, t in taught.items():
         print(f"{arm}: {statistics.fmean(t):.1%} of train battles lost to the opponent (training data), mean over runs")
     logs = [math.log(r) for r in ratios]
     m, h = mean_ci(logs)
-    print(f"ratio per seed: {', '.join(f'{k}{r:.2f}' for k, r in zip(marks, ratios))}; geometric mean "
-          f"{math.exp(m):.2f} (95% CI {math.exp(m - h):.2f}-{math.exp(m + h):.2f})")
+    print(f"ratio per run: {', '.join(f'{k}{r:.2f}' for k, r in zip(marks, ratios))}; geometric mean "
+          f"{math.exp(m):.2f} (95% CI {math.exp(m - h):.2f}-{math.exp(m + h):.2f}); the budgets span "
+          f"{budgets[-1] / budgets[0]:.0f}x ('>=' a floor, '<=' a ceiling)")
     print(f"ratio: {statistics.median(ratios):.2f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", nargs="+", default=["0,1,2,3,4"], help="e.g. 5,6,7,8,9 (default 0-4)")
-    ap.add_argument("--scenario", default="skewed", choices=["skewed", "balanced"])
+    ap.add_argument("--seeds", nargs="+", default=["0,1,2,3,4"], help="run seeds, run.seed (default 0-4)")
+    add_world_args(ap)
+    ap.add_argument("--scenario", default="balanced", choices=["balanced", "realistic", "skewed"])
+    ap.add_argument("--variant", default="default", choices=list(VARIANTS))
     ap.add_argument("--policy", default="thompson", choices=[p for p in POLICIES if p != "uniform"])
     ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, "
-                    "1200 battles at most, 200 steps")
+                    "1,200 battles at most, 200 steps")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra flywheel --set overrides")
@@ -240,11 +337,9 @@ def main() -> None:
     part1(seeds if len(seeds) >= 5 else list(range(5)))
     if args.sim_only:
         return
-    overrides = ["rating.bootstrap_rounds=0", *MEASURED_WITH, *args.overrides]
     if args.quick:
         seeds = seeds[:2]
-        overrides = ["run.iterations=2", "select.battles_per_iteration=1200", "train.steps=200", *overrides]
-    part2(seeds, args.policy, args.scenario, overrides, args.jobs)
+    part2(seeds, worlds_of(args), args.policy, args.scenario, args.variant, args.overrides, args.quick, args.jobs)
 
 
 if __name__ == "__main__":

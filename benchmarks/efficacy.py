@@ -11,17 +11,21 @@ after each iteration is compared with the opponents:
 - ``worst step``: the largest fall of overall accuracy from one in-use version to the next
   (goal: <= 0.02).
 
-Per seed one line per goal, then the mean with a 95% CI over the seeds and how many seeds meet
-each goal; then per category, pooled over the seeds, the in-use version's accuracy at iteration 0
-and at the end beside the best opponent's, the chance that a model exactly as good as the best
-opponent there would pass the 90% bar on one seed's eval prompts, and the chance that one exactly as
-good as iteration 0 there would stay within the forgetting goal's 2 points of it (what the eval split
-can resolve).
-Defaults were chosen on seeds 0-4; rerun on others: ``--seeds 5,6,7``.
+Per run one line per goal, then, for the tuning world and for the held-out worlds apart, the mean
+with a 95% CI over the runs and how many runs meet each goal; then per category, pooled over the
+runs, the in-use version's accuracy at iteration 0 and at the end beside the best opponent's, the
+chance that a model exactly as good as the best opponent there would pass the 90% bar on one run's
+eval prompts, and the chance that one exactly as good as iteration 0 there would stay within the
+forgetting goal's 2 points of it (what the eval split can resolve).
 
-    python -m benchmarks.efficacy --seeds 5,6,7           # ~4 min per seed on 2 cores (2 at a time)
-    python -m benchmarks.efficacy --set curate.include_target_wins=false   # an ablation
-    python -m benchmarks.efficacy --quick                 # 2 seeds, 2 iterations, 300 steps
+Every run seed (``--seeds``, run.seed) runs on every world: task suite (``--suites``,
+world.tasks.seed) times pre-training (``--pretrainings``, world.seed); see benchmarks/worlds.py.
+The defaults were chosen on suite 1234 and pre-training 0 (run seeds 0-4); a suite or pre-training
+other than those is held out: new prompts, new pre-trained models.
+
+    python -m benchmarks.efficacy --suites 7,99 --pretrainings 1 --seeds 0,1,2   # held out: ~4 min a run
+    python -m benchmarks.efficacy --set curate.include_target_wins=false          # an ablation (tuning world)
+    python -m benchmarks.efficacy --quick      # 2 seeds, 2 iterations, 300 steps
 """
 
 from __future__ import annotations
@@ -30,12 +34,15 @@ import argparse
 import json
 import math
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, run_all
+from benchmarks.worlds import add_world_args, describe, worlds_of
 
+QUICK = ["run.iterations=2", "train.steps=300"]  # --quick, applied after every --set
 GOALS = {"overall": (">=", 0.0), "worst_category": (">=", 0.9), "forgetting": ("<=", 0.02),
          "worst_step": ("<=", 0.02)}
 
@@ -47,7 +54,7 @@ def run_once(seed: int, overrides: list[str], root: Path) -> dict:
     from flywheel.stages.iteration import run_to
     from flywheel.tinymodels import bootstrap
 
-    cfg = load_config(None, [*overrides, f"run.seed={seed}", f"run.root={root}", f"run.name=s{seed}"])
+    cfg = load_config(None, [*overrides, f"run.seed={seed}", f"run.root={root}"])
     bootstrap(cfg.world)
     ctx = open_run(cfg)
     try:
@@ -123,7 +130,8 @@ def meets(name: str, value: float) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", nargs="+", default=["0,1,2,3,4"], help="e.g. 5,6,7 (default 0-4)")
+    ap.add_argument("--seeds", nargs="+", default=["0,1,2,3,4"], help="run seeds, run.seed (default 0-4)")
+    add_world_args(ap)
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="a config override, dotted.key=value")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, 300 steps")
@@ -136,39 +144,54 @@ def main() -> None:
     overrides = list(args.overrides)
     if args.quick:
         seeds = seeds[:2]
-        overrides += ["run.iterations=2", "train.steps=300"]
+        overrides += QUICK
     from flywheel.config import load_config
     from flywheel.tinymodels import bootstrap
 
-    cfg = load_config(None, overrides)
-    bootstrap(cfg.world)  # once, before the runs share the models
+    worlds = worlds_of(args)
+    for w in worlds:  # once per world, before the runs share its models
+        cfg = load_config(None, [*overrides, *w.overrides()])
+        bootstrap(cfg.world)
     print(f"embedded default{' with ' + ' '.join(overrides) if overrides else ''}: {cfg.run.iterations} iterations, "
-          f"{cfg.select.battles_per_iteration} battles and {cfg.train.steps} steps per iteration; seeds {seeds}",
-          flush=True)
+          f"{cfg.select.battles_per_iteration} battles and {cfg.train.steps} steps per iteration; run seeds {seeds} "
+          f"on {describe(worlds)}", flush=True)
     t0 = time.perf_counter()
+    runs = [(w, s) for w in worlds for s in seeds]
     with tempfile.TemporaryDirectory(prefix="bench-efficacy-") as tmp:
-        summaries = run_all(run_once, [(s, overrides, Path(tmp)) for s in seeds], args.jobs)
-    per: dict[str, list[float]] = {}
-    for seed, summary in zip(seeds, summaries):
+        summaries = run_all(run_once, [(s, [*overrides, *w.overrides(), f"run.name=t{w.suite}-w{w.pretraining}-s{s}"],
+                                        Path(tmp)) for w, s in runs], args.jobs)
+    per: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}  # tuning world's runs, held-out worlds' runs
+    for (w, seed), summary in zip(runs, summaries):
         for target in summary["targets"]:
             f = figures(summary, target)
             for name in GOALS:
-                per.setdefault(name, []).append(f[name])
+                per[w.held_out].setdefault(name, []).append(f[name])
             marks = "  ".join(f"{n} {f[n]:+.3f}{'' if meets(n, f[n]) else ' (missed)'}" for n in GOALS)
-            print(f"seed {seed} {target}: accuracy {f['accuracy']:.3f} vs best opponent {f['best_opponent']:.3f}  {marks}"
-                  f"  (worst category {f['worst_category_name']}; fell by > 2 points: {f['forgot']})")
-    print(f"{len(seeds)} runs in {time.perf_counter() - t0:.0f} s ({args.jobs} processes)\n")
-    print(f"{'goal':<16}{'target':>10}{'mean +- 95% CI':>20}{'seeds meeting it':>20}")
-    for name, (op, goal) in GOALS.items():
-        m, h = mean_ci(per[name])
-        ok = sum(meets(name, v) for v in per[name])
-        print(f"{name:<16}{op + ' ' + format(goal, 'g'):>10}{f'{m:+.3f} +- {h:.3f}':>20}{f'{ok} of {len(per[name])}':>20}")
-    category_table(summaries, cfg)
+            print(f"{w.label}, seed {seed} {target}: accuracy {f['accuracy']:.3f} vs best opponent "
+                  f"{f['best_opponent']:.3f}  {marks}  (worst category {f['worst_category_name']}; fell by > 2 points: "
+                  f"{f['forgot']})")
+    print(f"{len(runs)} runs in {time.perf_counter() - t0:.0f} s ({args.jobs} processes)")
+    for held_out, figs in per.items():
+        if not figs:
+            continue
+        print(f"\n{'held-out worlds' if held_out else 'the tuning world'} ({len(figs['overall'])} runs)")
+        print(f"{'goal':<16}{'target':>10}{'mean +- 95% CI':>20}{'runs meeting it':>20}")
+        for name, (op, goal) in GOALS.items():
+            m, h = mean_ci(figs[name])
+            ok = sum(meets(name, v) for v in figs[name])
+            print(f"{name:<16}{op + ' ' + format(goal, 'g'):>10}{f'{m:+.3f} +- {h:.3f}':>20}"
+                  f"{f'{ok} of {len(figs[name])}':>20}")
+    for held_out in (False, True):
+        these = [summary for (w, _), summary in zip(runs, summaries) if w.held_out == held_out]
+        if these:
+            print(f"\n-- {'held-out worlds' if held_out else 'the tuning world'} --")
+            category_table(these, cfg)
 
 
 def category_table(summaries: list[dict], cfg) -> None:
-    """Per category, pooled over the seeds: where a target really stands, beside the resolution
-    of the eval split (what the worst-category goal can tell on one seed)."""
+    """Per category, pooled over the runs: where a target really stands, beside the resolution
+    of the eval split (what the worst-category goal can tell on one run). The best opponent is
+    each run's own (each world pre-trains its own opponents); its accuracy is the mean over runs."""
     from flywheel.world import world_pools
 
     sizes: dict[str, int] = {}
@@ -176,22 +199,24 @@ def category_table(summaries: list[dict], cfg) -> None:
         sizes[p.category] = sizes.get(p.category, 0) + 1
     for target in summaries[0]["targets"]:
         cats = [by_category(s, target) for s in summaries]
-        print(f"\n{target} per category, mean +- 95% CI over the {len(summaries)} seeds (in-use version; eval split):")
+        print(f"{target} per category, mean +- 95% CI over the {len(summaries)} runs (in-use version; eval split):")
         print(f"{'category':<10}{'prompts':>8}{'iteration 0':>18}{'last':>18}{'best opponent':>20}{'last / best':>13}"
               f"{'an equal model passes':>23}{'one that holds passes':>23}")
         equal = held = 1.0
         for c in cats[0]:
             first, last = mean_ci([x[c][1] for x in cats]), mean_ci([x[c][0] for x in cats])
-            top, name, n = cats[0][c][2], cats[0][c][3], sizes[c]
-            # a model exactly as good as the best opponent here (the opponents are the same models,
-            # measured the same, on every seed), its answers right or wrong independently of theirs
+            top, n = statistics.fmean(x[c][2] for x in cats), sizes[c]
+            names = sorted({x[c][3] for x in cats})
+            name = names[0] if len(names) == 1 else "best"
+            # a model exactly as good as the best opponent here, its answers right or wrong
+            # independently of theirs
             eq = chance_at_least(n, top, GOALS["worst_category"][1] * round(top * n) / n) if top > 0 else 1.0
             hold = holds_still(n, first[0])
             equal, held = equal * eq, held * hold
             share = f"{last[0] / top:.2f}" if top > 0 else "-"
             print(f"{c:<10}{n:>8}{f'{first[0]:.3f} +- {first[1]:.3f}':>18}{f'{last[0]:.3f} +- {last[1]:.3f}':>18}"
                   f"{f'{name} {top:.3f}':>20}{share:>13}{eq:>23.2f}{hold:>23.2f}")
-        print(f"on one seed, a model exactly as good as the best opponent in every category meets the worst-category "
+        print(f"on one run, a model exactly as good as the best opponent in every category meets the worst-category "
               f"goal with probability {equal:.2f}; one exactly as good as iteration 0 in every category (it learnt "
               f"nothing, forgot nothing) meets the forgetting goal with probability {held:.2f} (binomial: each "
               f"prompt right independently)")

@@ -13,7 +13,10 @@ into shares of the total training steps and battles:
   share = floor + (1 - n x floor) x smoothed;
 - ``successive-halving``: every ``halving_every`` iterations the slowest ``halving_fraction``
   of the remaining targets is dropped (share 0; at least one remains); the rest share equally;
-- ``selective``: only the ``top_k`` fastest train this iteration, equally.
+- ``selective``: only the ``top_k`` fastest train this iteration, equally;
+- ``random``: a control arm for ``selective`` (benchmarks/allocation.py): the same concentration
+  (``top_k`` targets train, equally), but the targets are drawn at random each iteration, seeded by
+  the run's seed and the number of iterations trained, whatever their rates.
 
 For the first ``warmup`` training iterations every policy gives equal shares (no rates yet).
 With ``gpu_memory`` set, in-process vLLM targets also get that GPU-memory fraction x their share.
@@ -29,6 +32,7 @@ iteration's worth of training), exceeds ``mixed_spread``; once separate, separat
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
 
 from flywheel.config import AllocateConfig
@@ -108,6 +112,13 @@ def selective(rates: dict[str, float], top_k: int) -> dict[str, float]:
     return equal(targets, ranked[:top_k])
 
 
+def random_top(targets: list[str], top_k: int, seed: int, trained: int) -> dict[str, float]:
+    """``random``: ``top_k`` targets drawn at random (the same draw for the same seed and number of
+    iterations trained, on any machine), equal shares among them, as ``selective`` gives its top k."""
+    drawn = random.Random(f"allocate-random:{seed}:{trained}").sample(targets, min(top_k, len(targets)))
+    return equal(targets, drawn)
+
+
 def mixed_sharing(rates: dict[str, float], trained: int, steps_per_target: int, spread_limit: float,
                   was_pooled: bool) -> tuple[bool, float | None]:
     """``sharing: mixed``: (pool the next iteration's traces?, the rate spread behind it) - see
@@ -120,9 +131,10 @@ def mixed_sharing(rates: dict[str, float], trained: int, steps_per_target: int, 
 
 def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, battles_per_target: int,
              accuracy: dict[str, list[float]] | None = None, compute: dict[str, list[float]] | None = None,
-             previous: dict[str, float] | None = None, was_pooled: bool = True) -> Allocation:
+             previous: dict[str, float] | None = None, was_pooled: bool = True, seed: int = 0) -> Allocation:
     """The next iteration's allocation after ``len(accuracy[t]) - 1`` training iterations
-    (``was_pooled``: whether the iteration just trained pooled its traces, with ``sharing: mixed``)."""
+    (``was_pooled``: whether the iteration just trained pooled its traces, with ``sharing: mixed``;
+    ``seed``: the run's seed, which ``policy: random`` draws with)."""
     accuracy = accuracy or {t: [] for t in targets}
     compute = compute or {}
     rates = learning_rates({t: accuracy.get(t, []) for t in targets}, compute, cfg.window)
@@ -136,6 +148,8 @@ def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, bat
     elif cfg.policy == "successive-halving":
         since = trained - max(cfg.warmup, 1)
         shares = successive_halving(rates, prev, since % cfg.halving_every == 0, cfg.halving_fraction)
+    elif cfg.policy == "random":
+        shares = random_top(targets, cfg.top_k, seed, trained)
     else:
         shares = selective(rates, cfg.top_k)
     n = len(targets)

@@ -280,9 +280,10 @@ class AllocateConfig(Strict):
     """How the next iteration's training steps and battles are shared among the targets
     (ModelArena's compute allocation; see flywheel/allocation.py)."""
 
-    policy: Literal["uniform", "proportional", "successive-halving", "selective"] = Field(
+    policy: Literal["uniform", "proportional", "successive-halving", "selective", "random"] = Field(
         "uniform", description="uniform; proportional (share ~ learning rate, smoothed, floored); "
-        "successive-halving (drop the slowest fraction every k iterations); selective (top k only).")
+        "successive-halving (drop the slowest fraction every k iterations); selective (top k only); random "
+        "(a control arm for selective: k targets drawn at random each iteration, seeded by run.seed).")
     warmup: int = Field(1, ge=0, description="Training iterations at equal shares before a policy acts.")
     window: int = Field(2, ge=1, description="Iterations over which a target's learning rate is measured.")
     compute: Literal["steps", "params"] = Field("steps", description="Unit of compute in the learning rate: "
@@ -295,7 +296,7 @@ class AllocateConfig(Strict):
     halving_every: int = Field(1, ge=1, description="successive-halving: iterations between drops.")
     halving_fraction: float = Field(0.5, gt=0, lt=1, description="successive-halving: share of the remaining "
                                     "targets dropped each time (at least one stays).")
-    top_k: int = Field(1, ge=1, description="selective: targets that train each iteration.")
+    top_k: int = Field(1, ge=1, description="selective and random: targets that train each iteration.")
     sharing: Literal["competitive", "cooperative", "federated", "mixed"] = Field(
         "competitive", description="competitive: a target learns from its own battles; cooperative: "
         "the targets pool their winning traces; federated: each learns from its own battles, then "

@@ -1,0 +1,68 @@
+"""The worlds a learning benchmark runs on: a task suite (``world.tasks.seed``) and a pre-training
+(``world.seed``), beside the run's own seed.
+
+Held out means new prompts and new pre-trained models, not only another run seed. The embedded
+default's settings were chosen on one world, :data:`TUNING` (suite 1234, pre-training 0); a figure
+reported on any other suite or pre-training was not used for choosing. Every learning benchmark
+takes ``--suites`` and ``--pretrainings`` and runs each run seed on each world (their product);
+each world's tiny models are pre-trained once into their own folder under ``--models-root``
+(kept between runs: ``bootstrap`` rebuilds only what is missing or stale).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.stats import parse_seeds
+
+TUNING = (1234, 0)  # (world.tasks.seed, world.seed) the embedded default's settings were chosen on
+
+
+@dataclass(frozen=True)
+class World:
+    """One task suite and one pre-training of the embedded world."""
+
+    suite: int
+    pretraining: int
+    models_root: Path
+
+    @property
+    def held_out(self) -> bool:
+        return (self.suite, self.pretraining) != TUNING
+
+    @property
+    def label(self) -> str:
+        new = [what for what, same in (("prompts", self.suite == TUNING[0]), ("pre-training", self.pretraining == TUNING[1]))
+               if not same]
+        return f"suite {self.suite} / pre-training {self.pretraining} ({'new ' + ' and '.join(new) if new else 'tuning'})"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.models_root / f"suite{self.suite}-pretraining{self.pretraining}"
+
+    def overrides(self) -> list[str]:
+        """The config overrides that put a run on this world."""
+        return [f"world.tasks.seed={self.suite}", f"world.seed={self.pretraining}", f"world.models_dir={self.models_dir}"]
+
+
+def add_world_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--suites", nargs="+", default=[str(TUNING[0])],
+                    help=f"task suite seeds, world.tasks.seed (default {TUNING[0]}, the tuning suite)")
+    ap.add_argument("--pretrainings", nargs="+", default=[str(TUNING[1])],
+                    help=f"pre-training seeds, world.seed (default {TUNING[1]}, the tuning pre-training)")
+    ap.add_argument("--models-root", default="data/models/worlds",
+                    help="where each world's pre-trained tiny models are kept (one folder per world)")
+
+
+def worlds_of(args: argparse.Namespace) -> list[World]:
+    """Every (suite, pre-training) pair the arguments name, tuning world first if named."""
+    root = Path(args.models_root)
+    return [World(s, p, root) for s in parse_seeds(args.suites) for p in parse_seeds(args.pretrainings)]
+
+
+def describe(worlds: list[World]) -> str:
+    held = sum(w.held_out for w in worlds)
+    return (f"{len(worlds)} world(s): " + "; ".join(w.label for w in worlds)
+            + f"; {held} held out (their prompts or pre-trained models chose no default)")
