@@ -156,8 +156,142 @@ def test_vllm_lora_adapter_loading_posts_to_every_server():
             assert s.requests[0]["body"] == {"lora_name": "student@2", "lora_path": "/models/student@2"}
 
 
-def test_vllm_in_process_player_needs_vllm():
-    pytest.importorskip("vllm", reason="vllm is CUDA-only and not installed here")
+class FakeVLLM:
+    """A stand-in ``vllm`` module (vLLM is CUDA-only) for the in-process player: ``LLM`` and
+    ``SamplingParams`` with vLLM's own argument names, so a misnamed one fails as it would there.
+    Records the engines built and every ``chat`` / ``generate`` call; the i-th request of a call
+    is answered `` answer i``, a newline and ``Q: more`` (where a stop string ``\\nQ:`` cuts it)."""
+
+    def __init__(self, chat_template: str | None):
+        import types
+
+        self.engines, self.calls = [], []
+        fake = self
+
+        class SamplingParams:
+            def __init__(self, *, n=1, temperature=1.0, top_p=1.0, seed=None, stop=None, max_tokens=16):
+                self.n, self.temperature, self.top_p, self.seed, self.stop, self.max_tokens = (
+                    n, temperature, top_p, seed, stop, max_tokens)
+
+        class LLM:
+            def __init__(self, model, *, gpu_memory_utilization=0.9, **engine_args):
+                fake.engines.append({"model": model, "gpu_memory_utilization": gpu_memory_utilization, **engine_args})
+
+            def get_tokenizer(self):
+                return types.SimpleNamespace(chat_template=chat_template)
+
+            def chat(self, messages, sampling_params=None, use_tqdm=True, lora_request=None, chat_template=None):
+                return fake.answer("chat", messages, sampling_params, use_tqdm, lora_request)
+
+            def generate(self, prompts, sampling_params=None, use_tqdm=True, lora_request=None):
+                return fake.answer("generate", prompts, sampling_params, use_tqdm, lora_request)
+
+        self.module = types.ModuleType("vllm")
+        self.module.LLM, self.module.SamplingParams = LLM, SamplingParams
+
+    def answer(self, method, requests, sampling, use_tqdm, lora_request):
+        import types
+
+        assert isinstance(sampling, self.module.SamplingParams)
+        self.calls.append({"method": method, "requests": list(requests), "sampling": vars(sampling),
+                           "use_tqdm": use_tqdm, "lora_request": lora_request})
+        return [types.SimpleNamespace(outputs=[types.SimpleNamespace(text=f" answer {i}\nQ: more")])
+                for i in range(len(requests))]
+
+
+def fake_vllm(monkeypatch, chat_template: str | None = "{{ messages }}") -> FakeVLLM:
+    import sys
+
+    fake = FakeVLLM(chat_template)
+    monkeypatch.setitem(sys.modules, "vllm", fake.module)
+    return fake
+
+
+def test_vllm_in_process_player_asks_a_target_version_with_its_config(monkeypatch, tmp_path):
+    """Through the run's roster, as the arena asks it: the version's engine on its weights in the
+    run directory with the GPU-memory share allocate.gpu_memory gives it (all of 0.8 for the one
+    target before any allocation; not the player's own 0.4), one chat call for all prompts (system prompt, then
+    the prompt), the config's sampling (length, temperature, run seed, stop strings), no LoRA;
+    the answers cut at the stop string, stripped, and matched to their prompts in order."""
+    from flywheel.arena import generate_cached
+    from flywheel.config import FlywheelConfig
+    from flywheel.store import RunStore
+    from flywheel.world import Roster
+
+    fake = fake_vllm(monkeypatch)
+    cfg = FlywheelConfig.model_validate({
+        "run": {"seed": 3}, "allocate": {"gpu_memory": 0.8},
+        "targets": [{"name": "local", "kind": "vllm", "path": "/models/base", "max_new_tokens": 9, "temperature": 0.7,
+                     "stop": ["\nQ:"], "system_prompt": "Answer briefly.", "gpu_memory_utilization": 0.4}],
+        "opponents": [{"name": "oracle", "kind": "openai", "model": "o", "api_key_env": "FLYWHEEL_TEST_KEY"}]})
+    store = RunStore(tmp_path / "run")
+    roster = Roster(cfg, store)
+    got = generate_cached(roster, store, "local@2", PROMPTS)
+    roster.pool.release()
+    assert fake.engines == [{"model": str(store.model_dir("local@2")), "gpu_memory_utilization": 0.8}]
+    assert [c["method"] for c in fake.calls] == ["chat"]
+    call = fake.calls[0]
+    assert call["requests"] == [[{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": p.text}]
+                                for p in PROMPTS]
+    assert call["sampling"] == {"n": 1, "temperature": 0.7, "top_p": 1.0, "seed": 3, "stop": ["\nQ:"], "max_tokens": 9}
+    assert call["use_tqdm"] is False and call["lora_request"] is None
+    assert [(got[p.id].player, got[p.id].text) for p in PROMPTS] == [("local@2", f"answer {i}")
+                                                                     for i in range(len(PROMPTS))]
+
+
+@pytest.mark.parametrize("template,chat", [(None, "auto"), ("{{ messages }}", "off")])
+def test_vllm_in_process_player_asks_raw_text_without_chat(monkeypatch, template, chat):
+    """No chat template (chat auto) or chat off: one generate call on the system prompt, a blank
+    line and the prompt; greedy by default (temperature 0, no stop strings); the player's own
+    GPU-memory share when the run gives none."""
+    from flywheel.config import PlayerConfig
+    from flywheel.players.base import PlayerSetup
+    from flywheel.players.registry import player_from_config
+
+    fake = fake_vllm(monkeypatch, template)
+    pc = PlayerConfig(name="local", kind="vllm", chat=chat, system_prompt="Answer briefly.", gpu_memory_utilization=0.6)
+    player = player_from_config(pc, "local", PlayerSetup(path="/models/base"))
+    gens = player.generate(PROMPTS[:3], SamplingParams())
+    assert fake.engines == [{"model": "/models/base", "gpu_memory_utilization": 0.6}]
+    assert [c["method"] for c in fake.calls] == ["generate"]
+    assert fake.calls[0]["requests"] == [f"Answer briefly.\n\n{p.text}" for p in PROMPTS[:3]]
+    assert fake.calls[0]["sampling"] == {"n": 1, "temperature": 0.0, "top_p": 1.0, "seed": 0, "stop": None,
+                                         "max_tokens": 12}
+    # no stop string: the whole answer, stripped
+    assert [(g.player, g.prompt_id, g.text) for g in gens] == [("local", p.id, f"answer {i}\nQ: more")
+                                                               for i, p in enumerate(PROMPTS[:3])]
+
+
+def test_vllm_in_process_player_with_chat_on_needs_a_template(monkeypatch):
+    from flywheel.chat import ChatTemplateMissing
+    from flywheel.players import create_player
+
+    fake_vllm(monkeypatch, None)
+    with pytest.raises(ChatTemplateMissing, match="player local: chat is 'on'"):
+        create_player("vllm", "local", path="/models/base", chat="on")
+
+
+def test_vllm_in_process_player_without_vllm_names_the_extra(monkeypatch):
+    """Where vLLM is not installed (here: an import of it fails) the player says which extra to
+    install, and that extra exists; a player without weights is refused before vLLM is needed."""
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    from flywheel.config import PlayerConfig
+    from flywheel.players.base import PlayerSetup
+    from flywheel.players.registry import player_from_config
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
+    pc = PlayerConfig(name="local", kind="vllm")
+    extra = r"\(pip install -e \.\[vllm\]\)"
+    with pytest.raises(ValueError, match=rf"^player local: kind 'vllm' needs the vllm package {extra}"):
+        player_from_config(pc, "local", PlayerSetup(path="/models/base"))
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    assert any(req.startswith("vllm") for req in extras["vllm"])
+    with pytest.raises(ValueError, match="player local: kind vllm needs 'path'"):
+        player_from_config(pc, "local", PlayerSetup())
 
 
 def test_a_repeated_run_sharing_a_cache_does_not_pay_twice(tmp_path):
