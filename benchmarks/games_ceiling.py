@@ -19,9 +19,9 @@ import argparse
 import random
 
 from benchmarks.stats import mean_ci, parse_seeds
-from flywheel.config import ConfigError, load_config
-from flywheel.games.pools import game_splits
-from flywheel.games.reference import MinimaxPlayer, RandomMover, _GamePlayer
+from flywheel.ground.config import ConfigError, load_config
+from flywheel.worlds.game_pools import game_splits
+from flywheel.players.reference import MinimaxPlayer, RandomMover, _GamePlayer
 from flywheel.games.rules import Position, other, parse_position
 
 

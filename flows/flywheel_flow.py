@@ -15,13 +15,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flywheel import interrupt, reports
-from flywheel.config import FlywheelConfig
+from flywheel.ground import interrupt, reports
+from flywheel.ground.config import FlywheelConfig
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
 from flywheel.stages.results import EvalResult, IterationSummary
 from flywheel.stages.summary import completed_iterations
-from flywheel.tinymodels import bootstrap
+from flywheel.worlds.tinymodels import bootstrap
 
 T = TypeVar("T")
 
@@ -107,7 +107,7 @@ def announce_datasets(ctx: Context, k: int) -> None:
     from prefect.assets import materialize
     from prefect.events import emit_event
 
-    from flywheel.dataview import count_rows
+    from flywheel.face.dataview import count_rows
 
     found = [(kind, ctx.store.dataset_dir(k, kind)) for kind in ("sft", "dpo")]
     found = [(kind, d.resolve()) for kind, d in found if d.exists()]
@@ -148,7 +148,7 @@ def materialize_checkpoints(ctx: Context, k: int) -> None:
     """Iteration ``k``'s trained versions as Prefect assets."""
     from prefect.assets import materialize
 
-    from flywheel.records import versioned
+    from flywheel.ground.records import versioned
 
     dirs = [ctx.store.model_dir(versioned(t, k)).resolve() for t in ctx.roster.targets]
     dirs = [d for d in dirs if d.exists()]
@@ -208,7 +208,7 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
     """The flywheel flow on the task runner of the run's config (the run directory's own one on
     resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
     here, so that the flow run is named after it."""
-    from flywheel.config import load_config
+    from flywheel.ground.config import load_config
 
     cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:
@@ -226,7 +226,7 @@ def flow_run_name() -> str:
     from prefect.runtime import flow_run
 
     from flywheel.stages.summary import completed_iterations as done_in
-    from flywheel.store import RunStore
+    from flywheel.ground.store import RunStore
 
     params = flow_run.parameters
     cfg = params["config"]

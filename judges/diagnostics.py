@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from flywheel.records import Battle, Judgment, base_name
+from flywheel.ground.records import Battle, Judgment, base_name
 from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.base import PairwiseJudge
 from judges.verifier import VerifierJudge

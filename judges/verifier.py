@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Callable
 
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")

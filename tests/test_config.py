@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.config import ConfigError, FlywheelConfig, load_config
+from flywheel.ground.config import ConfigError, FlywheelConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

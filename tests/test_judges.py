@@ -8,11 +8,11 @@ import re
 
 import pytest
 
-from flywheel.config import ConfigError, FlywheelConfig, load_config
+from flywheel.ground.config import ConfigError, FlywheelConfig, load_config
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
-from flywheel.records import Battle
-from flywheel.store import KeyValueCache, RunStore
+from flywheel.ground.records import Battle
+from flywheel.ground.store import KeyValueCache, RunStore
 from judges.base import pair_battle
 from judges.custom import load_custom
 from judges.diagnostics import diagnose
@@ -99,7 +99,7 @@ def test_judgment_cache_by_content_hash_means_zero_calls_on_a_rerun(tmp_path):
 
 
 def test_judge_pending_reruns_from_the_shared_cache_without_calls(tmp_path):
-    from flywheel.arena import judge_pending
+    from flywheel.arena.battles import judge_pending
 
     battles = [arith(str(i), "41", "42") for i in range(3)]
     with FakeAPI("judge") as server:
@@ -252,7 +252,7 @@ def test_custom_judges_from_the_config_and_pairs():
     cls = load_custom("judges.verifier:VerifierJudge", {"match": "numeric", "tolerance": 0.5})
     assert cls.name == "verifier:numeric"
     with pytest.raises(ValueError, match="not a PairwiseJudge"):
-        load_custom("flywheel.records:Prompt", {"id": "1", "text": "", "category": "", "level": 0})
+        load_custom("flywheel.ground.records:Prompt", {"id": "1", "text": "", "category": "", "level": 0})
 
 
 def shorter_wins(prompt, a, b, reference):

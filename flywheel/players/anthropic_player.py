@@ -11,7 +11,7 @@ from __future__ import annotations
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
 from flywheel.players.openai_player import _API_KWARGS, api_key
-from flywheel.records import Prompt
+from flywheel.ground.records import Prompt
 
 
 class AnthropicPlayer(APIPlayer):

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
-from flywheel.records import Generation, Prompt
+from flywheel.ground.records import Generation, Prompt
 
 
 class MalformedResponse(Exception):

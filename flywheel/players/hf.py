@@ -8,9 +8,9 @@ import time
 
 import torch
 
-from flywheel.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.players.base import Player, SamplingParams
-from flywheel.records import Generation, Prompt
+from flywheel.ground.records import Generation, Prompt
 
 
 # Loading (transformers initialises weights on the meta device through process-wide state) and
@@ -46,7 +46,7 @@ class TransformersPlayer(Player):
               device: str, dtype: str) -> None:
         from transformers import AutoTokenizer
 
-        from flywheel.store import load_checkpoint
+        from flywheel.ground.store import load_checkpoint
 
         self.name = name
         self.path = path

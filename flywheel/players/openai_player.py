@@ -12,7 +12,7 @@ import os
 
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
-from flywheel.records import Prompt
+from flywheel.ground.records import Prompt
 
 
 def api_key(env: str | None, player: str, required: bool) -> str:

@@ -9,17 +9,17 @@ from typing import Any
 
 import numpy as np
 
-from flywheel import reports
-from flywheel.arena import generate_cached, judge_pending, play_battles
-from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
-from flywheel.games.scores import tally, win_or_draw
+from flywheel.ground import reports
+from flywheel.arena.battles import generate_cached, judge_pending, play_battles
+from flywheel.arena.evaluation import SUBSET_RULES, accuracy, eval_subsets
+from flywheel.arena.game_scores import tally, win_or_draw
 from flywheel.players.base import ScoresReferences
-from flywheel.records import BattleSpec, stable_id, versioned
-from flywheel.selection import arm_of, seat
+from flywheel.ground.records import BattleSpec, stable_id, versioned
+from flywheel.arena.selection import arm_of, seat
 from flywheel.stages.context import Context, stage
 from flywheel.stages.rate import board
 from flywheel.stages.results import EvalResult, Validation, VersionEval
-from flywheel.store import atomic_write_json, atomic_write_text, iter_name, read_json
+from flywheel.ground.store import atomic_write_json, atomic_write_text, iter_name, read_json
 
 
 @stage("evaluate", EvalResult)
@@ -72,8 +72,8 @@ def play_active(ctx: Context, k: int, versions: list[str]) -> int:
     no pair has an eval prompt left. A pair takes its prompts in a fixed order of the seed.
     Each round's battles are stored (``stages/eval-active-r<r>.json``) before they are played,
     so a resumed run plays exactly them. Returns the eval battles of this iteration."""
-    from flywheel.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
-    from flywheel.records import SCORE_A
+    from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
+    from flywheel.ground.records import SCORE_A
 
     ec, opponents = ctx.cfg.evaluate, ctx.roster.opponents
     budget = ec.max_battles or len(versions) * len(opponents) * len(ctx.eval_split)
@@ -147,8 +147,8 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
 def _validate_games(ctx: Context, version: str, k: int) -> Validation:
     """A target version's win-or-draw rate against every opponent from the validation positions
     (played and judged here, not logged: what steers the run, never the eval split)."""
-    from flywheel.games.play import play_games
-    from flywheel.records import JudgedBattle
+    from flywheel.arena.games import play_games
+    from flywheel.ground.records import JudgedBattle
 
     specs = []
     for opp in ctx.roster.opponents:

@@ -3,14 +3,14 @@ round's verdicts reward each target's bandits."""
 
 from __future__ import annotations
 
-from flywheel import selection
-from flywheel.arena import judge_batch
-from flywheel.records import Battle, JudgedBattle, Judgment, base_name
+from flywheel.arena import selection
+from flywheel.arena.battles import judge_batch
+from flywheel.ground.records import Battle, JudgedBattle, Judgment, base_name
 from flywheel.stages.battle import shard_count
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import JudgeResult
 from flywheel.stages.select import load_selector
-from flywheel.store import atomic_write_json, iter_name
+from flywheel.ground.store import atomic_write_json, iter_name
 
 
 def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:

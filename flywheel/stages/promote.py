@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from flywheel.records import versioned
+from flywheel.ground.records import versioned
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import Promotion, PromoteResult
 

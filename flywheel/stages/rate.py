@@ -3,12 +3,12 @@ and the leaderboards every other stage and query fits the same way."""
 
 from __future__ import annotations
 
-from flywheel.config import FlywheelConfig
-from flywheel.ratings import Rating, leaderboard, online_elo
-from flywheel.records import JudgedBattle, base_name
+from flywheel.ground.config import FlywheelConfig
+from flywheel.maths.ratings import Rating, leaderboard, online_elo
+from flywheel.ground.records import JudgedBattle, base_name
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import RateResult
-from flywheel.store import RunStore, atomic_write_json, iter_name
+from flywheel.ground.store import RunStore, atomic_write_json, iter_name
 
 
 def columns(rows: list[JudgedBattle]) -> tuple[list[str], list[str], list[str]]:

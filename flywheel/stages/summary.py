@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.allocation import Allocation
-from flywheel.records import PlayerVersion
+from flywheel.learning.allocation import Allocation
+from flywheel.ground.records import PlayerVersion
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
 from flywheel.stages.select import count_arms, load_selector
-from flywheel.store import RunStore, atomic_write_json, read_json
+from flywheel.ground.store import RunStore, atomic_write_json, read_json
 
 
 def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
