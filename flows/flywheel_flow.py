@@ -17,6 +17,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flywheel.ground import interrupt, reports
 from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.dataset_files import dataset_rows
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
 from flywheel.stages.results import EvalResult, IterationSummary
@@ -107,13 +108,11 @@ def announce_datasets(ctx: Context, k: int) -> None:
     from prefect.assets import materialize
     from prefect.events import emit_event
 
-    from flywheel.face.dataview import count_rows
-
     found = [(kind, ctx.store.dataset_dir(k, kind)) for kind in ("sft", "dpo")]
     found = [(kind, d.resolve()) for kind, d in found if d.exists()]
     if not found:
         return
-    rows = {kind: count_rows(d) for kind, d in found}
+    rows = {kind: dataset_rows(d) for kind, d in found}
     materialize(*[asset_key(d) for _, d in found], by="flywheel")(_materialized).with_options(
         name="datasets", task_run_name=f"datasets-i{k}", **TASK)()
     create_table_artifact(

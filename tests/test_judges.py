@@ -278,7 +278,6 @@ def test_length_bias_and_self_preference_diagnostics():
 @pytest.mark.parametrize("sets, field", [
     (["judge.kind=panel", "judge.panel=[{name: j1, kind: openai, model: m}]"], "judge"),
     (["judge.verifier.pattern=(unclosed"], "judge.verifier.pattern"),
-    (["judge.template=no-such-template"], "judge.template"),
     (["judge.kind=hybrid"], "judge"),
     (["judge.kind=custom"], "judge"),
     (["judge.verifier.match=callable"], "judge.verifier"),
@@ -287,6 +286,20 @@ def test_bad_judge_config_names_the_field(sets, field):
     with pytest.raises(ConfigError) as e:
         load_config(None, sets)
     assert field in str(e.value)
+
+
+@pytest.mark.parametrize("sets, line", [
+    (["judge.template=no-such-template"], "judge.template: judge template 'no-such-template' not found"),
+    (["judge.kind=panel", "judge.panel=[{name: j1, kind: openai, model: m, api_key_env: K},"
+      "{name: j2, kind: openai, model: m, api_key_env: K}]", "judge.aggregate=mean"], "judge.aggregate"),
+])
+def test_a_bad_judge_template_is_a_problem_the_checks_name(sets, line, monkeypatch):
+    """Templates belong to the judges: the config holds the name, ``flywheel check`` and ``run`` refuse it."""
+    from flywheel.face.checks import problems
+
+    monkeypatch.setenv("K", "x")
+    found = problems(load_config(None, sets))
+    assert any(p.startswith(line) for p in found), found
 
 
 def test_pair_battles_and_default_config():

@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from flywheel.maths.ratings import leaderboard, online_elo
+from flywheel.maths.leaderboard import leaderboard, online_elo
 
 
 def simulate(strengths, n, seed=0, tie_rate=0.1):
@@ -118,7 +118,7 @@ def test_online_elo_moves_toward_the_winner():
 
 # -- edge cases, anchors, groups, names ----------------------------------------------------------
 from flywheel.face.battlelog import consistency  # noqa: E402
-from flywheel.maths.ratings import rate  # noqa: E402
+from flywheel.maths.leaderboard import rate  # noqa: E402
 
 
 def finite(report):

@@ -1,4 +1,4 @@
-from flywheel.worlds.tasks import CATEGORIES, build_suite, take_validation
+from flywheel.worlds.tasks import CATEGORIES, GENERATORS, build_suite, take_validation
 
 
 def _check(p):
@@ -83,3 +83,8 @@ def test_no_meaning_is_in_two_splits_on_any_suite():
     by_cell = [p for p in prompt_pools(TaskSuiteConfig()).train if (p.category, p.level) == ("add", 1)]
     assert len({meaning("add", p.text) for p in by_cell}) == 55 - 20 - 10
     assert len(by_cell) > 55 - 20 - 10  # both texts of a twin pair that is all in train stay
+
+
+def test_the_configs_category_names_are_the_suites():
+    """The config names the categories (the ground stands alone); the suite makes each of them."""
+    assert tuple(GENERATORS) == CATEGORIES

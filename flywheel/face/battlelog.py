@@ -109,7 +109,7 @@ def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
 @dataclass(frozen=True)
 class BattleColumns:
     """A battle log's good rows as columns: pandas Series (arrow-backed strings where the file
-    was read by the fast path), what ``flywheel.maths.ratings.rate`` reads fastest."""
+    was read by the fast path), what ``flywheel.maths.leaderboard.rate`` reads fastest."""
 
     model_a: Any
     model_b: Any

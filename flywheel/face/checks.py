@@ -9,6 +9,7 @@ from pathlib import Path
 
 from flywheel.ground.chat import template_of
 from flywheel.ground.config import FlywheelConfig, PlayerConfig
+from judges.llm import load_template
 
 API_KINDS = ("openai", "anthropic")
 LOCAL_KINDS = ("transformers", "vllm")
@@ -53,6 +54,18 @@ def player_problems(where: str, pc: PlayerConfig) -> list[str]:
     return out
 
 
+def template_problems(cfg: FlywheelConfig) -> list[str]:
+    """The judge template (a built-in name or a file) loads, and ``aggregate: mean`` has a scores
+    template. The judges own templates; the config models only hold the name."""
+    try:
+        _, fmt = load_template(cfg.judge.template)
+    except ValueError as e:
+        return [f"judge.template: {e}"]
+    if cfg.judge.kind == "panel" and cfg.judge.aggregate == "mean" and fmt != "scores":
+        return ["judge.aggregate: mean needs a scores template (judge.template, e.g. wizardarena)"]
+    return []
+
+
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = [line for where, pc in players(cfg) for line in player_problems(where, pc)]
@@ -60,6 +73,7 @@ def problems(cfg: FlywheelConfig) -> list[str]:
 
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
                  "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}
+    out += template_problems(cfg)
     for field, spec in functions.items():
         if spec:
             try:

@@ -204,7 +204,7 @@ def rate_cmd(
     """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
     from flywheel.face.battlelog import BattleLogError, read_battle_columns, read_reference
     from flywheel.face.battlelog import consistency
-    from flywheel.maths.ratings import rate
+    from flywheel.maths.leaderboard import rate
 
     pinned = _parse_anchor(anchor)
     try:

@@ -15,21 +15,13 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from flywheel.ground.chat import TEXT_COLUMNS, as_text
+from flywheel.ground.dataset_files import dataset_rows, is_hf_dataset, parquet_rows
 
 EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca", "messages")
 
 
 def dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
-
-
-def is_hf_dataset(path: Path) -> bool:
-    """A curated dataset folder: ``data/*.parquet`` with its card, or (run directories made
-    before) ``save_to_disk``'s layout."""
-    if not path.is_dir():
-        return False
-    legacy = (path / "state.json").is_file() and (path / "dataset_info.json").is_file()
-    return legacy or ((path / "README.md").is_file() and any((path / "data").glob("*.parquet")))
 
 
 def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
@@ -51,27 +43,9 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["iteration"], r["dataset"]))
 
 
-def parquet_rows(path: Path) -> int:
-    """Rows of one Parquet file, from its footer; a damaged file raises ``DamagedFileError`` naming it."""
-    import pyarrow as pa
-
-    from flywheel.ground.store import DAMAGED_HINT, DamagedFileError
-
-    try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except pa.ArrowInvalid as e:
-        raise DamagedFileError(f"{path}: not a readable Parquet file ({e}; {DAMAGED_HINT})") from e
-
-
 def count_rows(path: Path) -> int:
-    if is_hf_dataset(path):
-        files = sorted((path / "data").glob("*.parquet"))
-        if files:
-            return sum(pq.ParquetFile(f).metadata.num_rows for f in files)  # read from the footers
-        from datasets import load_from_disk
-
-        return len(load_from_disk(str(path)))  # memory-mapped: nothing is read but the lengths
-    return len(read_rows(path))
+    """Rows of any readable path: a curated dataset's from its files' footers, others read."""
+    return dataset_rows(path) if is_hf_dataset(path) else len(read_rows(path))
 
 
 def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:

@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.ground import reports
+from flywheel.ground.config import load_config
 from flywheel.ground.store import RunStore, iter_name, read_json
+from flywheel.maths.leaderboard import category_boards as boards
+from flywheel.maths.leaderboard import columns, rate
 
 
 class QueryError(ValueError):
@@ -37,10 +40,8 @@ def subset_boards(run_dir: Path, k: int) -> dict[str, list[dict[str, Any]]]:
 
 def category_boards(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Eval leaderboards per task category, over all of a run's eval battles."""
-    from flywheel.ground.config import load_config
-    from flywheel.stages.rate import category_boards as boards
-
-    return boards(RunStore(run_dir), load_config(Path(run_dir) / "config.yaml"))
+    cfg = load_config(Path(run_dir) / "config.yaml")
+    return boards(RunStore(run_dir).judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
 
 
 def arms_report(run_dir: Path, iteration: int | None) -> tuple[int, str, dict[str, list[dict[str, Any]]]]:
@@ -59,9 +60,6 @@ def arms_report(run_dir: Path, iteration: int | None) -> tuple[int, str, dict[st
 def plot(run_dir: Path, out: Path) -> None:
     """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
     from flywheel.face.plots import plot_run
-    from flywheel.maths.ratings import rate
-    from flywheel.stages.rate import columns
-
     store = RunStore(run_dir)
     summary = read_json(store.summary_path, {})
     rep = rate(*columns(store.judged(None, "eval")), rounds=0)

@@ -132,14 +132,6 @@ class JudgeConfig(Strict):
     guard_min_battles: int = Field(20, ge=1, description="Guard: the least battles a figure needs before it is "
                                    "checked (fewer are too noisy to stop a run on).")
 
-    @field_validator("template")
-    @classmethod
-    def _template_exists(cls, v: str) -> str:
-        from judges.llm import load_template
-
-        load_template(v)
-        return v
-
     @model_validator(mode="after")
     def _kind_needs(self) -> JudgeConfig:
         if self.kind in ("llm", "hybrid") and self.player is None:
@@ -148,9 +140,4 @@ class JudgeConfig(Strict):
             raise ValueError("kind panel needs two or more judge players (judge.panel)")
         if self.kind == "custom" and not self.custom:
             raise ValueError("kind custom needs judge.custom ('module:Class' or 'module:function')")
-        if self.aggregate == "mean" and self.kind == "panel":
-            from judges.llm import load_template
-
-            if load_template(self.template)[1] != "scores":
-                raise ValueError("aggregate mean needs a scores template (e.g. wizardarena)")
         return self

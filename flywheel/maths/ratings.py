@@ -14,7 +14,8 @@ whatever the number of battles, and bootstrap rounds are fitted many at a time (
 - ``fit_bt``: maximum likelihood log-strengths for one or many ``W`` at once (batched Newton).
 - ``bootstrap``: resampling battles with replacement is a multinomial draw over the cells; the
   rounds are drawn and fitted in seeded chunks on threads, warm-started from the point fit.
-- ``rate``: all of the above -> a ``RatingReport`` (typed rows, matrices, warnings).
+- ``leaderboard.rate`` (the next module): all of the above -> a ``RatingReport`` (typed rows,
+  matrices, warnings).
 
 Scale: ``rating = init + scale * log_base(strength)``; base 10, scale 400, init 1000 by default.
 Within each connected group of models the mean rating is ``init``, unless an anchor pins one
@@ -373,89 +374,3 @@ def bootstrap(
 
     with ThreadPoolExecutor(workers) as pool:
         return np.concatenate(list(pool.map(chunk, range(len(sizes)))))
-
-
-def online_elo(
-    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], k_factor: float = 4.0,
-    scale: float = 400.0, base: float = 10.0, init: float = 1000.0,
-) -> dict[str, float]:
-    """Sequential Elo updates in log order (for live progress; order-dependent by design)."""
-    r: dict[str, float] = {}
-    for ma, mb, w in zip(model_a, model_b, winner):
-        ra, rb = r.setdefault(ma, init), r.setdefault(mb, init)
-        ea = 1.0 / (1.0 + base ** ((rb - ra) / scale))
-        delta = k_factor * (OUTCOME[w] - ea)
-        r[ma], r[mb] = ra + delta, rb - delta
-    return r
-
-
-# -- compute ------------------------------------------------------------------------------------
-def rate(
-    model_a: Sequence[str],
-    model_b: Sequence[str],
-    winner: Sequence[str],
-    rounds: int = 100,
-    ci: float = 0.95,
-    seed: int = 0,
-    scale: float = 400.0,
-    base: float = 10.0,
-    init: float = 1000.0,
-    anchor: tuple[str, float] | None = None,
-    prior: float | None = None,
-    fold_names: bool = False,
-) -> RatingReport:
-    """Ratings with bootstrap CIs (best first), the win-rate and battle-count matrices, warnings.
-
-    Rank = 1 + the number of models in the same group whose lower bound is above this model's
-    upper bound. Zero battles give an empty report."""
-    if len(model_a) == 0:
-        return RatingReport([], [], [], [], ["no battles to rate"])
-    models, a, b, y = encode(model_a, model_b, winner, fold_names)
-    k = len(models)
-    cells, counts = cell_counts(k, a, b, y)
-    w = points_matrix(k, cells, counts)
-    n = w + w.T
-    label = groups(n)
-    anchor_ix = None
-    if anchor is not None:
-        if anchor[0] not in models:
-            raise ValueError(f"anchor model {anchor[0]!r} has no battles in this log")
-        anchor_ix = (models.index(anchor[0]), (anchor[1] - init) * math.log(base) / scale)
-    theta = fit_bt(w, prior)
-    point = to_elo(center(theta, label, anchor_ix), scale, base, init)
-    if rounds > 0:
-        boots = to_elo(center(bootstrap(k, cells, counts, rounds, seed, prior, start=theta), label, anchor_ix),
-                       scale, base, init)
-        lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
-        upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
-    else:
-        lower, upper = point.copy(), point.copy()
-    wins, losses, ties = results(k, cells, counts)
-    battles = wins + losses + ties
-    n_groups = int(label.max()) + 1
-    warnings = []
-    if n_groups > 1:
-        warnings.append(f"the comparison graph has {n_groups} disconnected groups of models; ratings compare "
-                        "only within a group (column 'group')")
-    rows = []
-    for i, m in enumerate(models):
-        same = label == label[i]
-        note = ("never lost" if losses[i] == 0 and wins[i] > 0 else
-                "never won" if wins[i] == 0 and losses[i] > 0 else "")
-        rows.append(Rating(
-            model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
-            upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
-            battles=int(battles[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
-            group=int(label[i]) + 1, note=note,
-        ))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate_m = np.where(n > 0, w / np.where(n > 0, n, 1), np.nan)
-    win_rate = [[None if math.isnan(x) else round(float(x), 4) for x in row] for row in rate_m]
-    order = sorted(rows, key=lambda r: (r.group, -r.rating, r.model))
-    return RatingReport(order, models, win_rate, n.astype(int).tolist(), warnings)
-
-
-def leaderboard(model_a, model_b, winner, rounds=100, ci=0.95, seed=0, scale=400.0, base=10.0, init=1000.0,
-                **kw) -> list[Rating]:
-    """Just the rows of ``rate``."""
-    return rate(model_a, model_b, winner, rounds, ci, seed, scale, base, init, **kw).ratings

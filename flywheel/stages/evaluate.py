@@ -16,8 +16,8 @@ from flywheel.arena.game_scores import tally, win_or_draw
 from flywheel.players.base import ScoresReferences
 from flywheel.ground.records import BattleSpec, stable_id, versioned
 from flywheel.arena.selection import arm_of, seat
+from flywheel.maths.leaderboard import board
 from flywheel.stages.context import Context, stage
-from flywheel.stages.rate import board
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 from flywheel.ground.store import atomic_write_json, atomic_write_text, iter_name, read_json
 
@@ -34,7 +34,7 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
         judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     if ctx.cfg.world.kind == "games":
         return _evaluate_games(ctx, k, versions)
-    by_model = {r.model: r for r in board(ctx.cfg, ctx.store.judged(None, "eval"), ctx.cfg.evaluate.bootstrap_seed)}
+    by_model = {r.model: r for r in board(ctx.store.judged(None, "eval"), ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
     responses: dict[str, dict[str, str]] = {}
     if active:  # not every pair met on every prompt: every model answers the whole eval split
         for m in versions + ctx.roster.opponents:
@@ -129,7 +129,7 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
     judged = ctx.store.judged(k, "eval")
     every = ctx.store.judged(None, "eval")
     evals: dict[str, VersionEval] = {}
-    by_model = {r.model: r for r in board(ctx.cfg, every, ctx.cfg.evaluate.bootstrap_seed)}
+    by_model = {r.model: r for r in board(every, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
     for m in versions + ctx.roster.opponents:
         acc, by_cat = win_or_draw(judged, m)
         r = by_model.get(m)
@@ -203,6 +203,6 @@ def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, 
     for name, ids in subsets["prompt_ids"].items():
         chosen = set(ids)
         rows = [r for r in every if r.battle.prompt_id in chosen]
-        boards[name] = [x.to_dict() for x in board(ctx.cfg, rows, ctx.cfg.evaluate.bootstrap_seed)]
+        boards[name] = [x.to_dict() for x in board(rows, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)]
     atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}-subsets.json"), boards)
     return boards

@@ -13,6 +13,7 @@ import random
 import string
 from collections.abc import Callable, Iterable
 
+from flywheel.ground.config import CATEGORIES
 from flywheel.ground.records import Prompt, stable_id
 
 LETTERS = "abcde"  # a small alphabet keeps character counting and reversal learnable
@@ -76,7 +77,6 @@ GENERATORS: dict[str, Callable[[random.Random, int], tuple[str, str]]] = {
     "sort": _sort,
     "count": _count,
 }
-CATEGORIES: tuple[str, ...] = tuple(GENERATORS)
 LEVELS: tuple[int, ...] = (1, 2, 3)
 
 
