@@ -74,7 +74,7 @@ from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.reports import in_use_eval
 from flywheel.stages.context import close_run, open_run
 from flywheel.stages.iteration import run_to
-from flywheel.ground.store import read_json
+from flywheel.ground.atomic import read_json
 from flywheel.worlds.tinymodels import bootstrap
 
 # Every run setting the figures depend on beyond the flags (dotted config keys; ``targets.*.x`` is

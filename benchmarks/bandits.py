@@ -215,7 +215,8 @@ def bench_overrides(variant: str, world: World, extra: list[str], quick: bool) -
 
 def scenario_config(scenario: str, overrides: list[str], tmp: Path) -> tuple[object, str]:
     """The embedded default with ``overrides``, plus the scenario's pool; and what it holds."""
-    from flywheel.ground.config import FlywheelConfig, load_config
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.config_io import load_config
 
     cfg = load_config(None, overrides)
     what = "18 suite cells"

@@ -19,7 +19,7 @@ import argparse
 import random
 
 from benchmarks.stats import mean_ci, parse_seeds
-from flywheel.ground.config import ConfigError, load_config
+from flywheel.ground.config_io import ConfigError, load_config
 from flywheel.worlds.game_pools import game_splits
 from flywheel.players.reference import MinimaxPlayer, RandomMover, _GamePlayer
 from flywheel.games.rules import Position, other, parse_position

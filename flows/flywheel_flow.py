@@ -207,7 +207,7 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
     """The flywheel flow on the task runner of the run's config (the run directory's own one on
     resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
     here, so that the flow run is named after it."""
-    from flywheel.ground.config import load_config
+    from flywheel.ground.config_io import load_config
 
     cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:

@@ -26,7 +26,9 @@ for key, value in {
 
 import yaml  # noqa: E402
 
-from flywheel.ground.config import FlywheelConfig, ModelSpec, load_config  # noqa: E402
+from flywheel.ground.config import FlywheelConfig, ModelSpec
+
+from flywheel.ground.config_io import load_config
 
 TINY_MODELS = [
     {"name": "student", "steps": 20, "n_embd": 32},

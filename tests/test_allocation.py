@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
-from flywheel.ground.config import AllocateConfig, ConfigError, CurateConfig, load_config
+from flywheel.ground.config import AllocateConfig, CurateConfig
+from flywheel.ground.config_io import ConfigError, load_config
 from flywheel.learning.curation import curate
 from flywheel.ground.records import Battle, Judgment
 

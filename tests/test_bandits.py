@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from flywheel.maths.bandits import POLICIES, Bandit, pfsp_weights
-from flywheel.ground.config import ConfigError, load_config
+from flywheel.ground.config_io import ConfigError, load_config
 
 
 def play(bandit, means, rounds, k=8, seed=0, switch_at=None, switched=None):
@@ -95,7 +95,8 @@ def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
     from flywheel.ground.config import FlywheelConfig
     from flywheel.stages.context import Context
     from flywheel.stages.select import load_selector
-    from flywheel.ground.store import RunStore, atomic_write_json
+    from flywheel.ground.atomic import atomic_write_json
+    from flywheel.ground.store import RunStore
 
     cfg = FlywheelConfig.model_validate({"targets": [{"name": "x"}, {"name": "y-x"}]})
     ctx = Context(cfg, RunStore(tmp_path))

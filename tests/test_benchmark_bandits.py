@@ -7,7 +7,7 @@ from pathlib import Path
 
 from benchmarks.bandits import FRACTIONS, QUICK, VARIANTS, bench_overrides, scenario_config
 from benchmarks.worlds import World
-from flywheel.ground.config import load_config
+from flywheel.ground.config_io import load_config
 from flywheel.worlds.tasks import meaning
 from flywheel.worlds.world import world_pools
 

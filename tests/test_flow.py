@@ -206,7 +206,7 @@ def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path
 
 @pytest.mark.parametrize("policy", ["uniform", "ucb"])
 def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, policy):
-    from flywheel.ground.config import load_config
+    from flywheel.ground.config_io import load_config
     from tests.conftest import tiny_tree
 
     # --set bandit.policy=<policy> (the section's other name) reaches select.policy

@@ -383,7 +383,7 @@ def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
 
 
 def test_games_config_is_checked_together():
-    from flywheel.ground.config import ConfigError, load_config
+    from flywheel.ground.config_io import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="world.kind games and judge.kind game"):
         load_config(None, ["world.kind=games"])

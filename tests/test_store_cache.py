@@ -5,7 +5,9 @@ import json
 import multiprocessing as mp
 from pathlib import Path
 
-from flywheel.ground.store import KeyValueCache, RunStore
+from flywheel.ground.cache import KeyValueCache
+
+from flywheel.ground.store import RunStore
 
 
 def _writer(folder: str, start: int, barrier, attempts: int) -> None:

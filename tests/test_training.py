@@ -101,7 +101,7 @@ def test_arguments_built_for_a_cuda_machine_do_not_force_the_cpu():
 
 
 def test_max_length_and_trl_fields_come_from_config(tiny_models_dir):
-    from flywheel.ground.config import ConfigError, load_config
+    from flywheel.ground.config_io import ConfigError, load_config
     from flywheel.learning.training import max_length
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models_dir / "student")

@@ -11,7 +11,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from flywheel.ground import reports
-from flywheel.ground.config import ConfigError, load_config
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.face.cli_rate import rate_cmd
 from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
 from flywheel.ground.store import RunLockedError
 from judges.guard import JudgeGuardError
@@ -171,89 +172,7 @@ def bootstrap_cmd(
     typer.echo(f"{len(made)} model(s) built under {cfg.world.models_dir}")
 
 
-def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
-    if anchor is None:
-        return None
-    model, sep, value = anchor.rpartition("=")
-    try:
-        if not sep or not model:
-            raise ValueError
-        return model, float(value)
-    except ValueError:
-        fail(f"--anchor {anchor!r}: expected MODEL=RATING, e.g. --anchor gpt-4=1200")
-    return None
-
-
-@app.command(name="rate")
-def rate_cmd(
-    file: Annotated[Path, typer.Argument(help="Battle log: .jsonl, .json, .csv or .parquet (Chatbot Arena layout).")],
-    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
-    by: Annotated[Optional[Literal["category"]], typer.Option("--by", help="One leaderboard per category.")] = None,
-    bootstrap: Annotated[int, typer.Option("--bootstrap", min=0, help="Bootstrap rounds for the CIs.")] = 100,
-    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
-    ci: Annotated[float, typer.Option(min=0.5, max=0.999, help="Confidence level.")] = 0.95,
-    anchor: Annotated[Optional[str], typer.Option(help="Pin a model's rating: MODEL=RATING.")] = None,
-    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (and say how many) instead of failing.")] = False,
-    fold_names: Annotated[bool, typer.Option("--fold-names", help="Merge names that differ only by case or spaces.")] = False,
-    prior: Annotated[Optional[float], typer.Option("--prior", min=0, help="Virtual ties of each model against a "
-                     "mean-rated reference; default: none where the maximum-likelihood fit exists, 0.1 where not; "
-                     "0 = the classic fit.")] = None,
-    matrix: Annotated[bool, typer.Option("--matrix", help="Print the win-rate and battle-count matrices.")] = False,
-    reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
-) -> None:
-    """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
-    from flywheel.face.battlelog import BattleLogError, read_battle_columns, read_reference
-    from flywheel.face.battlelog import consistency
-    from flywheel.maths.leaderboard import rate
-
-    pinned = _parse_anchor(anchor)
-    try:
-        battles, bad = read_battle_columns(file)
-        ref = read_reference(reference) if reference else None
-    except BattleLogError as e:
-        fail(str(e))
-    if bad and not skip_bad:
-        shown = "\n  ".join(str(b) for b in bad[:20])
-        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
-        fail(f"{file}: {len(bad)} bad row(s) (use --skip-bad to skip them):\n  {shown}{more}")
-    if bad:
-        typer.echo(f"skipped {len(bad)} bad row(s) of {len(bad) + len(battles)}", err=True)
-    if not battles:
-        fail(f"{file}: no battles to rate")
-    groups = battles.by_category() if by == "category" else {"all": battles}
-    reports_by: dict = {}
-    try:
-        for name, cols in groups.items():
-            reports_by[name] = rate(cols.model_a, cols.model_b, cols.winner, rounds=bootstrap, ci=ci, seed=seed,
-                                    anchor=pinned, fold_names=fold_names, prior=prior)
-    except ValueError as e:
-        fail(str(e))
-    for name, rep in reports_by.items():
-        for w in rep.warnings:
-            typer.echo(f"warning{'' if by is None else f' ({name})'}: {w}", err=True)
-    if matrix:
-        rep = reports_by[next(iter(reports_by))] if by is None else None
-        if rep is None:
-            fail("--matrix works on the whole log; drop --by")
-        typer.echo(reports.render_matrix(rep.models, rep.win_rate, format, "win rate (row vs column, ties half)"))
-        typer.echo(reports.render_matrix(rep.models, rep.battle_counts, format, "battles"))
-        return
-    if by is None:
-        rows = reports_by["all"].rows()
-        if ref is None:
-            typer.echo(reports.render(rows, format))
-            return
-        try:
-            cons = consistency(reports_by["all"].ratings, ref)
-        except ValueError as e:
-            fail(str(e))
-        if format == "json":
-            typer.echo(json.dumps({"leaderboard": rows, "consistency": cons}, indent=2))
-        else:
-            typer.echo(reports.render(rows, format))
-            typer.echo("\nconsistency with the reference: " + json.dumps(cons))
-        return
-    typer.echo(reports.render_sections({n: r.rows() for n, r in reports_by.items()}, format))
+app.command(name="rate")(rate_cmd)  # flywheel rate: any battle log (cli_rate.py)
 
 
 @app.command()
@@ -406,7 +325,7 @@ def main() -> None:
 def damaged_file(e: BaseException) -> str | None:
     """A one-line message for a file on disk that cannot be read (``DamagedFileError``: a run's JSON
     file, a checkpoint's weights; or a Parquet file, which pyarrow names), or None for any other error."""
-    from flywheel.ground.store import DAMAGED_HINT, DamagedFileError
+    from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
 
     pa = sys.modules.get("pyarrow")
     while e is not None:

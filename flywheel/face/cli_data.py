@@ -184,7 +184,7 @@ def data_ingest(
         if not skip_bad:
             fail("bad rows found; fix them or pass --skip-bad (nothing was written)")
     if out is not None:
-        from flywheel.ground.store import atomic_write_text
+        from flywheel.ground.atomic import atomic_write_text
 
         atomic_write_text(out, "".join(json.dumps({"id": p.id, "prompt": p.text, "category": p.category,
                                                    "level": p.level, "reference": p.reference}) + "\n" for p in prompts))

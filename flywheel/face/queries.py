@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.ground import reports
-from flywheel.ground.config import load_config
-from flywheel.ground.store import RunStore, iter_name, read_json
+from flywheel.ground.config_io import load_config
+from flywheel.ground.atomic import read_json
+from flywheel.ground.store import RunStore, iter_name
 from flywheel.maths.leaderboard import category_boards as boards
 from flywheel.maths.leaderboard import columns, rate
 

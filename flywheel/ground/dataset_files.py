@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flywheel.ground.store import DAMAGED_HINT, DamagedFileError
+from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
 
 
 def is_hf_dataset(path: Path) -> bool:

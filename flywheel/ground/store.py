@@ -15,7 +15,8 @@ Layout (see data/README.md)::
 
 A shard is written to a temporary name and renamed, so it is either whole or absent. Stages
 skip records whose ids are already on disk, so a killed run resumes with nothing lost and
-nothing counted twice.
+nothing counted twice. The store's neighbours: ``atomic`` (atomic writes, damaged files),
+``checkpoints`` (model checkpoints) and ``cache`` (the SQLite caches).
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ import fcntl
 import json
 import os
 import re
-import tempfile
 import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from flywheel.ground.atomic import append_bytes, atomic_write_json, read_json
+from flywheel.ground.cache import KeyValueCache
 from flywheel.ground.records import Battle, BattleSpec, Judgment, JudgedBattle, _Row
 
 R = TypeVar("R", bound=_Row)
@@ -40,90 +41,6 @@ R = TypeVar("R", bound=_Row)
 
 class RunLockedError(RuntimeError):
     """Another process holds this run directory."""
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _append_bytes(path: Path, text: str) -> None:
-    """Append ``text`` in one O_APPEND write (then fsync): lines that several processes append
-    at once (mapped tasks on other workers) land whole, never interleaved."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        data = text.encode("utf-8")
-        while data:
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
-
-
-def atomic_write_dir(out: Path, fill: Callable[[Path], None]) -> None:
-    """Build the directory ``out`` with ``fill(tmp)`` in a temporary sibling, then swap it in."""
-    import shutil
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    fill(tmp)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-
-
-class DamagedFileError(ValueError):
-    """A file that cannot be read: a run's JSON or Parquet file, a checkpoint's weights. The flywheel writes
-    every file atomically, so it was cut short or changed by something else; the CLI says so in one
-    line (exit 2)."""
-
-
-DAMAGED_HINT = "the flywheel writes its files atomically: this one was cut short or changed by something else; " \
-               "restore it from a copy"
-
-
-def load_checkpoint(path: str | Path, **kwargs: Any):
-    """``AutoModelForCausalLM.from_pretrained``; weights that cannot be read (a file cut short or
-    changed outside the flywheel) raise ``DamagedFileError`` naming the checkpoint."""
-    from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM
-
-    try:
-        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except SafetensorError as e:
-        raise DamagedFileError(f"{path}: its weights cannot be read ({e}); restore the checkpoint from a copy") from e
-
-
-def save_checkpoint(model, tokenizer, out: Path, extra: dict[str, str] | None = None) -> None:
-    """``save_pretrained`` a model and its tokenizer (and ``extra`` files: name -> text)
-    atomically: a temporary directory, then a rename."""
-
-    def fill(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        for name, text in (extra or {}).items():
-            (tmp / name).write_text(text, encoding="utf-8")
-
-    atomic_write_dir(out, fill)
-
-
-def read_json(path: Path, default: Any = None) -> Any:
-    if not path.exists():
-        return default
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DamagedFileError(f"{path}: not valid JSON ({e}; {DAMAGED_HINT})") from e
 
 
 def iter_name(k: int) -> str:
@@ -385,7 +302,7 @@ class RunStore:
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        _append_bytes(path, json.dumps(row) + "\n")
+        append_bytes(path, json.dumps(row) + "\n")
 
     def read_jsonl(self, name: str) -> list[dict[str, Any]]:
         path = self.root / name
@@ -398,106 +315,6 @@ class RunStore:
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill
         return rows
-
-
-
-class KeyValueCache:
-    """A key -> text cache (generations, judge outputs) in one SQLite file: lookups read only the
-    keys asked for, so memory stays bounded however large the cache grows, and several
-    processes (mapped shards) can share it. Each ``put`` is one transaction: a kill loses at most
-    the batch in flight, which is simply computed again. A cache written by older versions as
-    JSONL (the same name with ``.jsonl``) is imported once, its cut-short lines skipped."""
-
-    CHUNK = 500  # keys per lookup query (SQLite's bound on query parameters)
-
-    def __init__(self, path: Path) -> None:
-        self.path = path.with_suffix(".sqlite")
-        self._ready = False
-        self.reads = True  # False: lookups find nothing (a round judged again after the judge guard stopped it)
-
-    def _connect(self):
-        import sqlite3
-
-        con = sqlite3.connect(self.path, timeout=120)
-        if not self._ready:
-            self._prepare(con)
-            self._import_jsonl(con)
-            self._ready = True
-        return con
-
-    @staticmethod
-    def _prepare(con, attempts: int = 200) -> None:
-        """WAL mode and the table. Switching the journal mode takes an exclusive lock that SQLite
-        does not wait for (its busy timeout does not apply), so when two processes open a new cache
-        at once, one is told "database is locked": it waits a moment and tries again."""
-        import sqlite3
-        import time
-
-        for attempt in range(attempts):
-            try:
-                if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                    con.execute("PRAGMA journal_mode=WAL")
-                con.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
-                con.commit()
-                return
-            except sqlite3.OperationalError as e:
-                if "locked" not in str(e) or attempt == attempts - 1:
-                    raise
-                time.sleep(0.05 + 0.01 * attempt)
-
-    def _import_jsonl(self, con) -> None:
-        legacy = self.path.with_suffix(".jsonl")
-        rows = []
-        try:
-            with legacy.open(encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                        rows.append((row["key"], row["text"]))
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        continue  # a line cut short by a kill
-            with con:
-                con.executemany("INSERT OR IGNORE INTO cache VALUES (?, ?)", rows)
-            legacy.rename(legacy.with_suffix(".jsonl.imported"))
-        except FileNotFoundError:  # none, or another process imported it first
-            return
-
-    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
-        """The cached texts of those ``keys`` that are cached."""
-        keys = list(dict.fromkeys(keys))
-        if not keys or not self.reads or not (self.path.exists() or self.path.with_suffix(".jsonl").exists()):
-            return {}
-        out: dict[str, str] = {}
-        con = self._connect()
-        try:
-            for i in range(0, len(keys), self.CHUNK):
-                chunk = keys[i:i + self.CHUNK]
-                marks = ",".join("?" * len(chunk))
-                out.update(con.execute(f"SELECT key, text FROM cache WHERE key IN ({marks})", chunk).fetchall())
-        finally:
-            con.close()
-        return out
-
-    def put(self, items: Iterable[tuple[str, str]]) -> None:
-        items = list(items)
-        if not items:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        con = self._connect()
-        try:
-            with con:
-                con.executemany("INSERT OR REPLACE INTO cache VALUES (?, ?)", items)
-        finally:
-            con.close()
-
-    def __len__(self) -> int:
-        if not self.path.exists():
-            return 0
-        con = self._connect()
-        try:
-            return con.execute("SELECT COUNT(*) FROM cache").fetchone()[0]
-        finally:
-            con.close()
 
 
 _ARROW = {"str": pa.string(), "Winner": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}

@@ -9,7 +9,7 @@ from pathlib import Path
 from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.ground.config import CurateConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name
-from flywheel.ground.store import atomic_write_dir, atomic_write_text
+from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 
 SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
 DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]

@@ -24,7 +24,7 @@ import math
 import shutil
 from pathlib import Path
 
-from flywheel.ground.store import atomic_write_dir
+from flywheel.ground.atomic import atomic_write_dir
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 INDEX = "model.safetensors.index.json"

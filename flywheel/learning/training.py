@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.ground.config import TrainConfig
-from flywheel.ground.store import load_checkpoint, save_checkpoint
+from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
 
 log = logging.getLogger("flywheel")
 

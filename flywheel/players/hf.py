@@ -46,7 +46,7 @@ class TransformersPlayer(Player):
               device: str, dtype: str) -> None:
         from transformers import AutoTokenizer
 
-        from flywheel.ground.store import load_checkpoint
+        from flywheel.ground.checkpoints import load_checkpoint
 
         self.name = name
         self.path = path

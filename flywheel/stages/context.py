@@ -12,11 +12,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from flywheel.ground.config import FlywheelConfig, dump_config, load_config
+from flywheel.ground.config import FlywheelConfig
+
+from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import PlayerVersion, Prompt, stable_id, versioned
 from flywheel.arena.selection import arm_of
 from flywheel.stages.results import EvalResult, PromoteResult, VersionEval
-from flywheel.ground.store import RunStore, atomic_write_json, atomic_write_text
+from flywheel.ground.atomic import atomic_write_json, atomic_write_text
+from flywheel.ground.store import RunStore
 from flywheel.worlds.world import Roster, world_pools
 from judges.base import PairwiseJudge
 

@@ -19,7 +19,8 @@ from flywheel.arena.selection import arm_of, seat
 from flywheel.maths.leaderboard import board
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import EvalResult, Validation, VersionEval
-from flywheel.ground.store import atomic_write_json, atomic_write_text, iter_name, read_json
+from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
+from flywheel.ground.store import iter_name
 
 
 @stage("evaluate", EvalResult)

@@ -10,7 +10,8 @@ from flywheel.stages.battle import shard_count
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import JudgeResult
 from flywheel.stages.select import load_selector
-from flywheel.ground.store import atomic_write_json, iter_name
+from flywheel.ground.atomic import atomic_write_json
+from flywheel.ground.store import iter_name
 
 
 def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:

@@ -6,7 +6,8 @@ from flywheel.maths.leaderboard import board, columns, online_elo
 from flywheel.ground.records import base_name
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import RateResult
-from flywheel.ground.store import atomic_write_json, iter_name
+from flywheel.ground.atomic import atomic_write_json
+from flywheel.ground.store import iter_name
 
 
 @stage("rate", RateResult)

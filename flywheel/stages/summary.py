@@ -10,7 +10,8 @@ from flywheel.ground.records import PlayerVersion
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
 from flywheel.stages.select import count_arms, load_selector
-from flywheel.ground.store import RunStore, atomic_write_json, read_json
+from flywheel.ground.atomic import atomic_write_json, read_json
+from flywheel.ground.store import RunStore
 
 
 def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:

@@ -45,7 +45,7 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k, state_dir=state)
     if is_main_process():
-        from flywheel.ground.store import atomic_write_text
+        from flywheel.ground.atomic import atomic_write_text
 
         base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
         atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))

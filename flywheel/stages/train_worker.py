@@ -8,7 +8,7 @@ import sys
 
 from flywheel.stages.context import worker_context
 from flywheel.stages.train import train_target
-from flywheel.ground.store import atomic_write_json
+from flywheel.ground.atomic import atomic_write_json
 from flywheel.learning.training import is_main_process
 
 

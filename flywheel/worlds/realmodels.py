@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.ground.store import save_checkpoint
+from flywheel.ground.checkpoints import save_checkpoint
 
 log = logging.getLogger("flywheel")
 

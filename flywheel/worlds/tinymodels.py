@@ -19,7 +19,7 @@ import torch
 
 from flywheel.ground.config import ModelSpec, WorldConfig
 from flywheel.ground.records import Prompt, stable_id
-from flywheel.ground.store import save_checkpoint
+from flywheel.ground.checkpoints import save_checkpoint
 from flywheel.worlds.tasks import SUITE_VERSION, build_suite, take_validation
 
 log = logging.getLogger("flywheel")
