@@ -17,11 +17,15 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flywheel.ground import interrupt, reports
 from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.config_io import load_config
 from flywheel.ground.dataset_files import dataset_rows
+from flywheel.ground.records import versioned
+from flywheel.ground.store import RunStore
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
 from flywheel.stages.results import EvalResult, IterationSummary
 from flywheel.stages.summary import completed_iterations
+from flywheel.stages.summary import completed_iterations as done_in
 from flywheel.worlds.tinymodels import bootstrap
 
 T = TypeVar("T")
@@ -38,7 +42,6 @@ log = logging.getLogger("flywheel")
 def run_name_of(prefix: str) -> Callable[[], str]:
     """A task-run name from the run's parameters: ``<prefix>-i<k>[-r<round>][-s<shard>]``
     (``play-i1-r2-s0003``, ``select-i1-r2``, ``train-i1``)."""
-
     def name() -> str:
         from prefect.runtime import task_run
 
@@ -147,8 +150,6 @@ def materialize_checkpoints(ctx: Context, k: int) -> None:
     """Iteration ``k``'s trained versions as Prefect assets."""
     from prefect.assets import materialize
 
-    from flywheel.ground.records import versioned
-
     dirs = [ctx.store.model_dir(versioned(t, k)).resolve() for t in ctx.roster.targets]
     dirs = [d for d in dirs if d.exists()]
     if dirs:
@@ -207,8 +208,6 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
     """The flywheel flow on the task runner of the run's config (the run directory's own one on
     resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
     here, so that the flow run is named after it."""
-    from flywheel.ground.config_io import load_config
-
     cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:
         run_cfg = load_config(Path(resume) / "config.yaml")
@@ -223,9 +222,6 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
 def flow_run_name() -> str:
     """``<run>-iter<k>``: the run's name and the last iteration this flow run goes to."""
     from prefect.runtime import flow_run
-
-    from flywheel.stages.summary import completed_iterations as done_in
-    from flywheel.ground.store import RunStore
 
     params = flow_run.parameters
     cfg = params["config"]

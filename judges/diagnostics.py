@@ -15,8 +15,8 @@ from collections import Counter
 from typing import Any
 
 from flywheel.ground.records import Battle, Judgment, base_name
-from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.base import PairwiseJudge
+from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.verifier import VerifierJudge
 
 

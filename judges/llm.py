@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from flywheel.players.base import Player, SamplingParams
 from flywheel.ground.records import Battle, Judgment, Prompt, stable_id
+from flywheel.players.base import Player, SamplingParams
 from judges.base import PairwiseJudge
 
 TEMPLATES = Path(__file__).parent / "templates"

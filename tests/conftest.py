@@ -27,7 +27,6 @@ for key, value in {
 import yaml  # noqa: E402
 
 from flywheel.ground.config import FlywheelConfig, ModelSpec
-
 from flywheel.ground.config_io import load_config
 
 TINY_MODELS = [

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
 from flywheel.ground.config import AllocateConfig, CurateConfig
 from flywheel.ground.config_io import ConfigError, load_config
-from flywheel.learning.curation import curate
 from flywheel.ground.records import Battle, Judgment
+from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
+from flywheel.learning.curation import curate
 
 T = ["a", "b", "c"]
 # Eval accuracy after each iteration (0 = baseline) and training steps spent per iteration.

@@ -9,13 +9,13 @@ import sys
 import types
 
 import pytest
-from flywheel.learning.curation import load_dataset_dir
 from transformers import AutoTokenizer
 
 from flywheel.ground.chat import ChatTemplateMissing, as_text, template_of
 from flywheel.ground.config import FlywheelConfig, TrainConfig
-from flywheel.players import SamplingParams, create_player
 from flywheel.ground.records import Prompt
+from flywheel.learning.curation import load_dataset_dir
+from flywheel.players import SamplingParams, create_player
 
 # Only characters of the tiny models' vocabulary: role letter, '=', content, end of text.
 TEMPLATE = ("{% for m in messages %}{{ m['role'][0] }}={{ m['content'] }}{{ eos_token }}{% endfor %}"

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from flywheel.ground.config import FlywheelConfig
-
 from flywheel.ground.config_io import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]

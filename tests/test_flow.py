@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from flywheel.learning.curation import load_dataset_dir
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel, run_flywheel
 from flywheel.ground.store import RunLockedError, RunStore
+from flywheel.learning.curation import load_dataset_dir
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,6 @@ def harness():
 @pytest.fixture(scope="module")
 def finished_run(harness, tiny_models_dir, tmp_path_factory):
     from flywheel.ground.config import FlywheelConfig
-
     from tests.conftest import tiny_tree
 
     root = tmp_path_factory.mktemp("runs")
@@ -404,7 +403,6 @@ def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_mod
     both on the pooled traces; their validation-loss rates then diverge, the allocation records
     the switch, and iteration 2 trains each on its own traces only."""
     from flywheel.ground.config import FlywheelConfig
-
     from tests.conftest import tiny_tree
 
     student = str(tiny_models_dir / "student")
@@ -499,9 +497,13 @@ def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run
 
     import anyio
     from prefect.client.orchestration import get_client
-
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId,
-                                                FlowRunFilterName)
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterName,
+    )
 
     async def read(names: list[str]):
         async with get_client() as client:

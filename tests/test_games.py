@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from flywheel.ground.config import FlywheelConfig
-from flywheel.learning.game_curation import curate_games
 from flywheel.arena.games import play_games
 from flywheel.games.referee import move_token, replay
-from flywheel.players.reference import MinimaxPlayer, RandomMover
 from flywheel.games.rules import CONNECT4, TICTACTOE, Position, parse_move, parse_position
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.records import Battle, BattleSpec, Generation, JudgedBattle, Judgment, Prompt
+from flywheel.learning.game_curation import curate_games
+from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.reference import MinimaxPlayer, RandomMover
 from judges.game import GameJudge
 
 EMPTY_TTT = "ttt 123456789 x="
@@ -238,8 +238,8 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
 
 
 def test_symmetric_images_of_sft_examples_and_dpo_pairs_skip_held_out_positions():
-    from flywheel.ground.config import CurateConfig
     from flywheel.games.rules import CONNECT4, parse_position, symmetries
+    from flywheel.ground.config import CurateConfig
 
     start = "ttt x23456789 o="  # o to move, x in a corner: 4 distinct images (one mirror maps it onto itself)
     good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")
@@ -276,8 +276,8 @@ def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_pos
 
 
 def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
-    from flywheel.ground.config import CurateConfig
     from flywheel.games.rules import CONNECT4
+    from flywheel.ground.config import CurateConfig
 
     blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # o took 9, x won on 3: block 3
     won = battle(EMPTY_TTT, "1 3 9 6", "2 5 4", "minimax", "student@1", "win")  # o had 2-5-8 and took 4
@@ -361,8 +361,8 @@ def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_co
 
 # -- self-play -----------------------------------------------------------------------------
 def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
-    from flywheel.ground.config import SelectConfig
     from flywheel.arena.selection import SELF, Selector, feedback, opponent_arms, plan_round
+    from flywheel.ground.config import SelectConfig
 
     cfg = SelectConfig(self_play=True, opponents="uniform", prompt_floor=1.0)
     pool = {"tictactoe/L1": [Prompt(f"p{i}", EMPTY_TTT, "tictactoe", 1) for i in range(5)]}

@@ -8,14 +8,13 @@ import re
 
 import pytest
 
+from flywheel.ground.cache import KeyValueCache
 from flywheel.ground.config import FlywheelConfig
-
 from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.records import Battle
+from flywheel.ground.store import RunStore
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
-from flywheel.ground.records import Battle
-from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.store import RunStore
 from judges.base import pair_battle
 from judges.custom import load_custom
 from judges.diagnostics import diagnose

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -6,8 +7,6 @@ from flywheel.players import SamplingParams, create_player
 from flywheel.players.registry import resolve
 from flywheel.worlds.tasks import build_suite
 from flywheel.worlds.tinymodels import bootstrap, build_tokenizer
-
-import pytest
 
 
 def test_tokenizer_is_character_level_and_round_trips(tmp_path):
@@ -95,8 +94,8 @@ def test_reference_loss_is_the_models_own_loss_on_the_answers(tiny_models_dir):
     answer (and end of text) after the prompt, exactly what the model's own loss gives."""
     import torch
 
-    from flywheel.players.hf import TransformersPlayer
     from flywheel.ground.records import Prompt
+    from flywheel.players.hf import TransformersPlayer
 
     player = TransformersPlayer("student", str(tiny_models_dir / "student"), batch_size=2)
     prompts = [Prompt("a", "12+7=", "add", 1, "19"), Prompt("b", "rev abc=", "rev", 1, "cba"),

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from flywheel.ground.atomic import read_json
 from flywheel.ground.config import FlywheelConfig
 from flywheel.stages.context import close_run, open_run
 from flywheel.stages.iteration import run_to
 from flywheel.stages.promote import promote_versions
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 from flywheel.stages.train import training_data
-from flywheel.ground.atomic import read_json
 from tests.conftest import tiny_tree
 
 

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from flywheel.face.battlelog import BattleLogError, read_battles
-from flywheel.worlds.prompts import ingest
 from flywheel.maths.ratings import OUTCOME
+from flywheel.worlds.prompts import ingest
 from judges.llm import parse_verdict
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

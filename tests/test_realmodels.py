@@ -47,9 +47,9 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from flywheel.ground.config import TrainConfig
-    from flywheel.players import SamplingParams, create_player
     from flywheel.ground.records import Prompt
     from flywheel.learning.training import train_version
+    from flywheel.players import SamplingParams, create_player
 
     out = convert_gguf(known_gguf("smollm2"), tmp_path / "smollm2")
     assert (out / "model.safetensors").exists() and (out / "chat_template.jinja").exists()

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from flywheel.ground.config import FlywheelConfig
-from flywheel.stages.context import open_run
 from flywheel.ground.store import RunLockedError, RunStore
+from flywheel.stages.context import open_run
 from tests.conftest import start_prefect_server, stop, tiny_tree
 
 

@@ -6,7 +6,6 @@ import multiprocessing as mp
 from pathlib import Path
 
 from flywheel.ground.cache import KeyValueCache
-
 from flywheel.ground.store import RunStore
 
 

@@ -62,10 +62,10 @@ def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     """`train.launcher: accelerate` runs the same TRL code path under `accelerate launch` (here
     --cpu, one process); the version it saves is the one the next iteration plays."""
     from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.records import DPOPair, SFTExample
+    from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
     from flywheel.stages.context import open_run
     from flywheel.stages.train import train_targets
-    from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
-    from flywheel.ground.records import DPOPair, SFTExample
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="acc", train__launcher="accelerate",

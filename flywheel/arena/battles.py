@@ -7,6 +7,7 @@ import os
 import socket
 from dataclasses import replace
 
+from flywheel.arena.games import play_games
 from flywheel.ground.progress import Progress
 from flywheel.ground.records import Battle, BattleSpec, Generation, Prompt, stable_id
 from flywheel.ground.store import RunStore
@@ -96,8 +97,6 @@ def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts:
 
 def _play_games(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
                 name: str | None) -> None:
-    from flywheel.arena.games import play_games
-
     gc = roster.cfg.world.games
     battles, usage = play_games(roster, todo, prompts, gc.prompt, gc.max_illegal)
     store.append_battles(battles, name)

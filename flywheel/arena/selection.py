@@ -23,10 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from flywheel.maths.bandits import Bandit, pfsp_weights
 from flywheel.ground.config import SelectConfig
-from flywheel.ground.records import (SCORE_A, Battle, BattleSpec, JudgedBattle, PlayerVersion, Prompt, base_name, stable_id,
-                              versioned)
+from flywheel.ground.records import (
+    SCORE_A,
+    Battle,
+    BattleSpec,
+    JudgedBattle,
+    PlayerVersion,
+    Prompt,
+    base_name,
+    stable_id,
+    versioned,
+)
+from flywheel.maths.bandits import Bandit, pfsp_weights
 
 REWARDS = ("yield", "progress", "uncertainty")
 # The opponent arm of self-play (select.self_play): an earlier version of the target itself.

@@ -9,7 +9,11 @@ from pathlib import Path
 
 from flywheel.ground.chat import template_of
 from flywheel.ground.config import FlywheelConfig, PlayerConfig
+from flywheel.players.registry import resolve
+from flywheel.worlds.realmodels import KNOWN
+from flywheel.worlds.world import world_pools
 from judges.llm import load_template
+from judges.verifier import load_callable
 
 API_KINDS = ("openai", "anthropic")
 LOCAL_KINDS = ("transformers", "vllm")
@@ -29,9 +33,6 @@ def players(cfg: FlywheelConfig) -> list[tuple[str, PlayerConfig]]:
 def player_problems(where: str, pc: PlayerConfig) -> list[str]:
     """Its kind resolves to a class, its API key is in the environment, its local weights exist
     (a hub id, ``org/name``, is left to the loader) and, with ``chat: on``, have a chat template."""
-    from flywheel.players.registry import resolve
-    from flywheel.worlds.realmodels import KNOWN
-
     name = f"{where} ({pc.name})"
     try:
         resolve(pc.kind)
@@ -69,7 +70,6 @@ def template_problems(cfg: FlywheelConfig) -> list[str]:
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = [line for where, pc in players(cfg) for line in player_problems(where, pc)]
-    from judges.verifier import load_callable
 
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
                  "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}
@@ -81,8 +81,6 @@ def problems(cfg: FlywheelConfig) -> list[str]:
             except ValueError as e:
                 out.append(f"{field}: {e}")
     if cfg.world.prompt_pools:
-        from flywheel.worlds.world import world_pools
-
         try:
             world_pools(cfg.world)
         except (OSError, ValueError) as e:

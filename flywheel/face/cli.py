@@ -10,11 +10,17 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from flywheel.ground import reports
-from flywheel.ground.config_io import ConfigError, load_config
-from flywheel.face.cli_rate import rate_cmd
+from flywheel.face import queries
+from flywheel.face.battlelog import BattleLogError, consistency, read_reference
+from flywheel.face.checks import problems
 from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
-from flywheel.ground.store import RunLockedError
+from flywheel.face.cli_rate import rate_cmd
+from flywheel.face.queries import result_text
+from flywheel.ground import interrupt, reports
+from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.store import RunLockedError, RunStore
+from flywheel.maths.ratings import Rating
 from judges.guard import JudgeGuardError
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
@@ -76,7 +82,6 @@ def run(
         fail(f"--resume {resume}: not a run directory (no config.yaml)")
     _refuse_problems(load_config(resume / "config.yaml") if resume is not None else cfg)
     if resume is not None:  # in use: say so at once, before Prefect starts (the flow checks again)
-        from flywheel.ground.store import RunStore
 
         probe = RunStore(resume)
         try:
@@ -86,8 +91,7 @@ def run(
         probe.unlock()
     import logging
 
-    from flows.flywheel_flow import run_flywheel
-    from flywheel.ground import interrupt
+    from flows.flywheel_flow import run_flywheel  # lazy: Prefect and torch, only for a run
 
     # stage progress (pre-training, battles, judgments, training); -v: also each player's generation counts
     logging.getLogger("flywheel").setLevel(logging.DEBUG if verbose else logging.INFO)
@@ -124,8 +128,6 @@ def _console(verbose: bool) -> None:
 
 def _refuse_problems(cfg) -> None:
     """Stop before anything is written if the config cannot run: one ``error:`` line per problem."""
-    from flywheel.face.checks import problems
-
     found = problems(cfg)
     if found:
         fail("\nerror: ".join(found))
@@ -147,8 +149,6 @@ def check(
 
 
 def _print_result(run_dir: Path) -> None:
-    from flywheel.face.queries import result_text
-
     typer.echo(result_text(run_dir))
 
 
@@ -161,7 +161,7 @@ def bootstrap_cmd(
     """Build and pre-train the embedded world's tiny models (deterministic under world.seed)."""
     import logging
 
-    from flywheel.worlds.tinymodels import bootstrap
+    from flywheel.worlds.tinymodels import bootstrap  # lazy: torch
 
     try:
         cfg = load_config(config, set_)
@@ -187,8 +187,6 @@ def elo(
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
-    from flywheel.face import queries
-
     refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference)
 
     try:
@@ -196,10 +194,6 @@ def elo(
     except queries.QueryError as e:
         fail(str(e))
     if reference is not None:
-        from flywheel.face.battlelog import BattleLogError, read_reference
-        from flywheel.face.battlelog import consistency
-        from flywheel.maths.ratings import Rating
-
         try:
             cons = consistency([Rating(**{k: r[k] for k in Rating.__dataclass_fields__}) for r in rows],
                                read_reference(reference))
@@ -238,8 +232,6 @@ def arms(
     format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
 ) -> None:
     """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
-    from flywheel.face import queries
-
     try:
         k, policy, sections = queries.arms_report(run_dir, iteration)
     except queries.QueryError as e:
@@ -277,7 +269,7 @@ def schedule(
             fail(f"--cron {cron!r}: {e}")
     import logging
 
-    from flows.flywheel_flow import scheduled_flywheel
+    from flows.flywheel_flow import scheduled_flywheel  # lazy: Prefect and torch
 
     logging.getLogger("flywheel").setLevel(logging.INFO)
     cfg.run.root = str(Path(cfg.run.root).resolve())  # triggers run in other processes and folders
@@ -325,8 +317,6 @@ def main() -> None:
 def damaged_file(e: BaseException) -> str | None:
     """A one-line message for a file on disk that cannot be read (``DamagedFileError``: a run's JSON
     file, a checkpoint's weights; or a Parquet file, which pyarrow names), or None for any other error."""
-    from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
-
     pa = sys.modules.get("pyarrow")
     while e is not None:
         if isinstance(e, DamagedFileError):

@@ -9,8 +9,13 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
+from flywheel.face.dataview import export, read_rows, run_datasets, stats
+from flywheel.face.exports import export_arena, export_arena_hard
+from flywheel.face.hub import PushError, push, push_operations
 from flywheel.ground import reports
-
+from flywheel.ground.atomic import atomic_write_text
+from flywheel.worlds.prompts import bad_rows_message, ingest
+from flywheel.worlds.realmodels import KNOWN, ModelSourceError, add_model, known_gguf
 
 # Exit codes (README, "Exit codes"): usage and config errors (bad arguments, config fields, input
 # files) 2, as click's own; failures while working 1; a run directory another process holds 75
@@ -46,8 +51,6 @@ def data_ls(
     format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
 ) -> None:
     """Every dataset of a run, per iteration: SFT and DPO sets and the battle and judgment logs."""
-    from flywheel.face.dataview import run_datasets
-
     try:
         rows = run_datasets(run_dir)
     except FileNotFoundError as e:
@@ -61,8 +64,6 @@ def data_show(
     limit: Annotated[int, typer.Option(min=0, help="Rows to print.")] = 10,
 ) -> None:
     """Print a dataset's first rows as JSON lines."""
-    from flywheel.face.dataview import read_rows
-
     try:
         rows = read_rows(path, limit)
     except (FileNotFoundError, ValueError) as e:
@@ -76,8 +77,6 @@ def data_stats(
     path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
 ) -> None:
     """Rows, text lengths, categories, sources and judge margins of a dataset (JSON)."""
-    from flywheel.face.dataview import stats
-
     try:
         typer.echo(json.dumps(stats(path), indent=2, default=str))
     except (FileNotFoundError, ValueError) as e:
@@ -97,9 +96,6 @@ def data_export(
     phase: Annotated[Literal["train", "eval", "all"], typer.Option(help="arena, arena-hard: which battles.")] = "all",
 ) -> None:
     """Write a dataset, or a run's judged battles, in the layout another tool reads."""
-    from flywheel.face.dataview import export
-    from flywheel.face.exports import export_arena, export_arena_hard
-
     if format in ("arena", "arena-hard"):
         target = out or path / "exports" / (f"arena-{phase}.jsonl" if format == "arena" else f"arena-hard-{phase}")
         try:
@@ -126,8 +122,6 @@ def data_push(
     private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
 ) -> None:
     """Publish a run's SFT and DPO datasets to the Hugging Face Hub (token: HF_TOKEN)."""
-    from flywheel.face.hub import PushError, push, push_operations
-
     if "/" not in repo.strip("/"):
         fail(f"--repo {repo!r}: expected ORG/NAME")
     try:
@@ -160,8 +154,6 @@ def data_ingest(
     no_dedup: Annotated[bool, typer.Option("--no-dedup", help="Keep repeated prompts.")] = False,
 ) -> None:
     """Read user prompt pools (Alpaca, ShareGPT, Arena-Hard, plain); report bad rows by line."""
-    from flywheel.worlds.prompts import bad_rows_message, ingest
-
     seen: set[str] = set()
     prompts, bad, dups = [], [], 0
     for f in files:
@@ -184,8 +176,6 @@ def data_ingest(
         if not skip_bad:
             fail("bad rows found; fix them or pass --skip-bad (nothing was written)")
     if out is not None:
-        from flywheel.ground.atomic import atomic_write_text
-
         atomic_write_text(out, "".join(json.dumps({"id": p.id, "prompt": p.text, "category": p.category,
                                                    "level": p.level, "reference": p.reference}) + "\n" for p in prompts))
         typer.echo(f"wrote {len(prompts)} prompts to {out}")
@@ -204,8 +194,6 @@ def models_add(
     """Convert a GGUF model into a standard checkpoint (safetensors, tokenizer, chat template)."""
     import logging
 
-    from flywheel.worlds.realmodels import ModelSourceError, add_model
-
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         out = add_model(name, models_dir, gguf, force)
@@ -217,8 +205,6 @@ def models_add(
 @models_app.command("ls")
 def models_ls() -> None:
     """The known models and where their GGUF files are (or how to install them)."""
-    from flywheel.worlds.realmodels import KNOWN, ModelSourceError, known_gguf
-
     for name, src in sorted(KNOWN.items()):
         try:
             where = str(known_gguf(name))

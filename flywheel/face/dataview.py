@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 
 from flywheel.ground.chat import TEXT_COLUMNS, as_text
 from flywheel.ground.dataset_files import dataset_rows, is_hf_dataset, parquet_rows
+from flywheel.ground.store import RunStore, iter_name
+from flywheel.learning.curation import load_dataset_dir
 
 EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca", "messages")
 
@@ -28,7 +30,6 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
     """One row per dataset of a run: iteration, kind, rows, bytes, path (the logs included)."""
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
-    from flywheel.ground.store import RunStore, iter_name
 
     store = RunStore(run_dir)
     rows = []
@@ -54,8 +55,6 @@ def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     if is_hf_dataset(path):
-        from flywheel.learning.curation import load_dataset_dir
-
         ds = load_dataset_dir(path)
         return ds.select(range(min(limit, len(ds)))).to_list() if limit is not None else ds.to_list()
     if path.is_dir() or path.suffix == ".parquet":

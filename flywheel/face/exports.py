@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from flywheel.ground.records import JudgedBattle
+from flywheel.ground.records import JudgedBattle, stable_id
+from flywheel.ground.store import RunStore
 
 PHASES = ("train", "eval", "all")
 
@@ -31,8 +32,6 @@ def judged_with_times(run_dir: Path, phase: str = "all") -> list[tuple[JudgedBat
     """Every judged battle of the run (``RunStore.judged``: valid verdicts, battles that did not
     fail), in log order, with the time its verdict was written (its judgment shard's mtime)."""
     import pyarrow.parquet as pq
-
-    from flywheel.ground.store import RunStore
 
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
@@ -83,8 +82,6 @@ def export_arena(run_dir: Path, out: Path, phase: str = "all") -> int:
 
 def export_arena_hard(run_dir: Path, out: Path, phase: str = "all") -> int:
     """arena-hard-auto's folders under ``out``; returns the judgments written."""
-    from flywheel.ground.records import stable_id
-
     judged = judged_with_times(run_dir, phase)
     questions: dict[str, dict[str, Any]] = {}
     answers: dict[str, dict[str, dict[str, Any]]] = {}

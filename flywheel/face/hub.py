@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flywheel.face.dataview import count_rows
+from flywheel.ground.store import RunStore
 
 
 class PushError(RuntimeError):
@@ -20,8 +21,6 @@ class PushError(RuntimeError):
 
 def dataset_folders(run_dir: Path) -> list[tuple[int, str, Path]]:
     """(iteration, kind, folder) of every curated dataset of the run, in the Parquet layout."""
-    from flywheel.ground.store import RunStore
-
     if not (run_dir / "config.yaml").is_file():
         raise PushError(f"{run_dir} is not a run directory (no config.yaml)")
     found = []

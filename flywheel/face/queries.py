@@ -7,9 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from flywheel.face.plots import plot_run
 from flywheel.ground import reports
-from flywheel.ground.config_io import load_config
 from flywheel.ground.atomic import read_json
+from flywheel.ground.config_io import load_config
 from flywheel.ground.store import RunStore, iter_name
 from flywheel.maths.leaderboard import category_boards as boards
 from flywheel.maths.leaderboard import columns, rate
@@ -60,7 +61,6 @@ def arms_report(run_dir: Path, iteration: int | None) -> tuple[int, str, dict[st
 
 def plot(run_dir: Path, out: Path) -> None:
     """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
-    from flywheel.face.plots import plot_run
     store = RunStore(run_dir)
     summary = read_json(store.summary_path, {})
     rep = rate(*columns(store.judged(None, "eval")), rounds=0)

@@ -51,7 +51,7 @@ def rearm() -> None:
 
 
 def _stop(signum: int, frame) -> None:
-    from flywheel.ground.store import LOCKED
+    from flywheel.ground.store import LOCKED  # lazy: the WATCH process (-m) stays free of pyarrow
 
     for sig in _wanted:  # a second Ctrl-C while the children end changes nothing
         signal.signal(sig, signal.SIG_IGN)

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from flywheel.ground.atomic import append_bytes, atomic_write_json, read_json
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.records import Battle, BattleSpec, Judgment, JudgedBattle, _Row
+from flywheel.ground.records import Battle, BattleSpec, JudgedBattle, Judgment, _Row
 
 R = TypeVar("R", bound=_Row)
 

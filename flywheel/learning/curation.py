@@ -6,10 +6,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.ground.config import CurateConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name
-from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 
 SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
 DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]

@@ -38,10 +38,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from flywheel.learning.curation import Curated, decisive
 from flywheel.games.referee import Ply, replay
 from flywheel.games.rules import parse_position, symmetries
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
+from flywheel.learning.curation import Curated, decisive
 
 SEAT = {"model_a": "a", "model_b": "b"}
 RULES = {"sft": "every move of the winner of a decisive game a target lost (the position, the move); the "

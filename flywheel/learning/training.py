@@ -10,8 +10,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from flywheel.ground.config import TrainConfig
+from flywheel.ground import progress
 from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
+from flywheel.ground.config import TrainConfig
 
 log = logging.getLogger("flywheel")
 
@@ -220,9 +221,7 @@ def train_version(
                 trainer = DPOTrainer(model=model, args=args,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
                                      processing_class=tokenizer, peft_config=peft)
-            from flywheel.ground.progress import trainer_callback
-
-            trainer.add_callback(trainer_callback(f"train {kind} {out.name}", per_stage))
+            trainer.add_callback(progress.trainer_callback(f"train {kind} {out.name}", per_stage))
             if os.environ.get("FLYWHEEL_TRAINER_LOGS") != "1":  # `flywheel run -v` shows the trainer's log dicts
                 from transformers import PrinterCallback
 

@@ -16,7 +16,17 @@ import numpy as np
 
 from flywheel.ground.records import JudgedBattle
 from flywheel.maths.ratings import (
-    OUTCOME, Rating, RatingReport, bootstrap, cell_counts, center, encode, fit_bt, groups, points_matrix, results,
+    OUTCOME,
+    Rating,
+    RatingReport,
+    bootstrap,
+    cell_counts,
+    center,
+    encode,
+    fit_bt,
+    groups,
+    points_matrix,
+    results,
     to_elo,
 )
 

@@ -11,8 +11,8 @@ import random
 from typing import Any
 
 from flywheel.games.rules import Position, other, parse_position
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
 from flywheel.ground.records import Generation, Prompt, stable_id
+from flywheel.players.base import Player, PlayerSetup, SamplingParams
 
 WIN = 1_000_000
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from flywheel.ground.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
 from flywheel.ground.records import Generation, Prompt
+from flywheel.players.base import Player, PlayerSetup, SamplingParams
 
 
 class VLLMPlayer(Player):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flywheel.learning.allocation import Allocation, allocate
 from flywheel.ground.records import versioned
+from flywheel.learning.allocation import Allocation, allocate
 from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TrainResult
 

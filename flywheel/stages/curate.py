@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+from flywheel.ground.records import PlayerVersion, stable_id
 from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
 from flywheel.learning.game_curation import MISSED as GAME_MISSED
 from flywheel.learning.game_curation import RULES as GAME_RULES
 from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
 from flywheel.learning.game_curation import curate_games
-from flywheel.ground.records import PlayerVersion, stable_id
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
 

@@ -9,18 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from flywheel.ground import reports
 from flywheel.arena.battles import generate_cached, judge_pending, play_battles
 from flywheel.arena.evaluation import SUBSET_RULES, accuracy, eval_subsets
 from flywheel.arena.game_scores import tally, win_or_draw
-from flywheel.players.base import ScoresReferences
-from flywheel.ground.records import BattleSpec, stable_id, versioned
+from flywheel.arena.games import play_games
 from flywheel.arena.selection import arm_of, seat
+from flywheel.ground import reports
+from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
+from flywheel.ground.records import SCORE_A, BattleSpec, JudgedBattle, stable_id, versioned
+from flywheel.ground.store import iter_name
+from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
 from flywheel.maths.leaderboard import board
+from flywheel.players.base import ScoresReferences
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import EvalResult, Validation, VersionEval
-from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
-from flywheel.ground.store import iter_name
 
 
 @stage("evaluate", EvalResult)
@@ -73,9 +75,6 @@ def play_active(ctx: Context, k: int, versions: list[str]) -> int:
     no pair has an eval prompt left. A pair takes its prompts in a fixed order of the seed.
     Each round's battles are stored (``stages/eval-active-r<r>.json``) before they are played,
     so a resumed run plays exactly them. Returns the eval battles of this iteration."""
-    from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
-    from flywheel.ground.records import SCORE_A
-
     ec, opponents = ctx.cfg.evaluate, ctx.roster.opponents
     budget = ec.max_battles or len(versions) * len(opponents) * len(ctx.eval_split)
     queues = {(v, o): sorted(ctx.eval_split, key=lambda p: stable_id("eval-order", ctx.cfg.run.seed, v, o, p.id))
@@ -148,9 +147,6 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
 def _validate_games(ctx: Context, version: str, k: int) -> Validation:
     """A target version's win-or-draw rate against every opponent from the validation positions
     (played and judged here, not logged: what steers the run, never the eval split)."""
-    from flywheel.arena.games import play_games
-    from flywheel.ground.records import JudgedBattle
-
     specs = []
     for opp in ctx.roster.opponents:
         for p in ctx.validation:

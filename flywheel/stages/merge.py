@@ -3,8 +3,8 @@ targets, weighted by their latest validation standing (flywheel/merging.py)."""
 
 from __future__ import annotations
 
-from flywheel.learning import merging
 from flywheel.ground.records import versioned
+from flywheel.learning import merging
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import MergeGroup, MergeResult, VersionEval
 from flywheel.stages.train import serve_adapter

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from flywheel.maths.leaderboard import board, columns, online_elo
+from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import base_name
+from flywheel.ground.store import iter_name
+from flywheel.maths.leaderboard import board, columns, online_elo
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import RateResult
-from flywheel.ground.atomic import atomic_write_json
-from flywheel.ground.store import iter_name
 
 
 @stage("rate", RateResult)

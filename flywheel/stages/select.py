@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from flywheel.arena import selection
-from flywheel.ground.records import BattleSpec
 from flywheel.arena.selection import Selector
+from flywheel.ground.records import BattleSpec
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import SelectResult
 

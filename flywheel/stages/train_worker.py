@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 
-from flywheel.stages.context import worker_context
-from flywheel.stages.train import train_target
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.learning.training import is_main_process
+from flywheel.stages.context import worker_context
+from flywheel.stages.train import train_target
 
 
 def main(argv: list[str]) -> None:

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import torch
 
+from flywheel.ground.checkpoints import save_checkpoint
 from flywheel.ground.config import ModelSpec, WorldConfig
 from flywheel.ground.records import Prompt, stable_id
-from flywheel.ground.checkpoints import save_checkpoint
+from flywheel.worlds.game_pools import game_splits
+from flywheel.worlds.game_pools import pretraining_pool as game_pool
 from flywheel.worlds.tasks import SUITE_VERSION, build_suite, take_validation
 
 log = logging.getLogger("flywheel")
@@ -144,8 +146,6 @@ def pretraining_pool(world: WorldConfig, spec: ModelSpec, seed: int) -> list[Pro
     validation or eval split); in a games world, random legal moves in random play-outs of its
     games (never in an eval or validation start position)."""
     if world.kind == "games":
-        from flywheel.worlds.game_pools import game_splits, pretraining_pool as game_pool
-
         _, evals, validation = game_splits(world.games)
         return game_pool(world.games, spec.categories, world.games.pretrain_examples, seed,
                          {p.text for p in evals + validation})

@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from flywheel.learning.allocation import Allocation, equal, gpu_memory_shares
 from flywheel.ground.chat import template_hash, template_of, uses_chat
 from flywheel.ground.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
-from flywheel.players import Player, SamplingParams, resolve
-from flywheel.players.registry import player_from_config
-from flywheel.players.base import PlayerSetup
 from flywheel.ground.records import PlayerVersion, Prompt, stable_id
 from flywheel.ground.store import RunStore
+from flywheel.learning.allocation import Allocation, equal, gpu_memory_shares
+from flywheel.players import Player, SamplingParams, resolve
+from flywheel.players.api import Budget
+from flywheel.players.base import PlayerSetup
+from flywheel.players.registry import player_from_config
+from flywheel.worlds.game_pools import game_splits
+from flywheel.worlds.prompts import bad_rows_message, ingest
 from flywheel.worlds.tasks import build_suite, meaning, take_validation
 
 
@@ -47,11 +50,7 @@ def world_pools(world: WorldConfig) -> Splits:
     an eval, validation or earlier prompt is dropped, and so is a twin of an eval or validation
     prompt (tasks.meaning); a bad row fails with its file and line
     unless the pool says ``skip_bad``."""
-    from flywheel.worlds.prompts import bad_rows_message, ingest
-
     if world.kind == "games":
-        from flywheel.worlds.game_pools import game_splits
-
         return Splits(*game_splits(world.games))
     train, evals, validation = prompt_pools(world.tasks)
     if not world.prompt_pools:
@@ -97,8 +96,6 @@ class Roster:
     pool: PlayerPool = field(init=False, default_factory=PlayerPool)
 
     def __post_init__(self) -> None:
-        from flywheel.players.api import Budget
-
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
         spent = sum(r.get("cost_usd", 0.0) for r in self.store.read_jsonl("usage.jsonl"))
         self.budget = Budget(self.cfg.budget.max_usd, spent)  # a resumed run remembers what it spent
