@@ -240,7 +240,7 @@ def flywheel(config: FlywheelConfig, resume: str | None = None, more: int | None
     ``config`` is the whole config tree (the Prefect UI shows it as a form and validates it);
     ``more``: instead of run.iterations, run this many iterations beyond those already completed
     when the run's lock is taken (a scheduled trigger adds one)."""
-    interrupt.rearm()  # `flywheel run`: a SIGTERM stops at once, as Ctrl-C does (flywheel/interrupt.py)
+    interrupt.rearm()  # `flywheel run`: a SIGTERM stops at once, as Ctrl-C does (flywheel/ground/interrupt.py)
     ctx = open_run(config, Path(resume) if resume else None, lock_wait_s)
     try:
         log.info("run directory: %s", ctx.store.root)

@@ -1,4 +1,4 @@
-"""Active evaluation sampling: the choice of pairs (flywheel/active_eval.py) and the evaluate
+"""Active evaluation sampling: the choice of pairs (flywheel/maths/active_eval.py) and the evaluate
 stage with ``evaluate.sampling: active`` on a real tiny run."""
 
 import json

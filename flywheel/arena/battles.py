@@ -74,7 +74,7 @@ def play_battles(
 def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
                name: str | None = None) -> None:
     """Play ``todo`` and append them to the battle log as one shard (named ``name``, if given).
-    In a games world a battle is a game played move by move (flywheel/games/play.py)."""
+    In a games world a battle is a game played move by move (flywheel/arena/games.py)."""
     if roster.cfg.world.kind == "games":
         return _play_games(roster, store, todo, prompts, name)
     need: dict[str, list[Prompt]] = {}

@@ -76,7 +76,7 @@ def _default_models() -> list[ModelSpec]:
 
 
 class PromptPoolConfig(Strict):
-    """A user prompt pool (see flywheel/prompts.py), added to the train pool."""
+    """A user prompt pool (see flywheel/worlds/prompts.py), added to the train pool."""
 
     path: Path = Field(..., description="JSONL, JSON, CSV or Parquet file.")
     layout: Literal["auto", "alpaca", "sharegpt", "arena-hard", "plain"] = Field(
@@ -86,7 +86,7 @@ class PromptPoolConfig(Strict):
 
 
 class GamesConfig(Strict):
-    """The games world (``world.kind: games``; see flywheel/games/): start positions and rules of play."""
+    """The games world (``world.kind: games``; see flywheel/games/ and worlds/game_pools.py): start positions and rules of play."""
 
     games: list[Literal["tictactoe", "connect4"]] = Field(["tictactoe"], min_length=1, description="Games played "
                                                           "(the world's categories).")
@@ -136,7 +136,7 @@ class WorldConfig(Strict):
 
 
 class SelectConfig(Strict):
-    """How the flywheel chooses its training battles (see flywheel/selection.py)."""
+    """How the flywheel chooses its training battles (see flywheel/arena/selection.py)."""
 
     policy: Literal["uniform", "ucb", "thompson", "gaussian", "exp3"] = Field(
         "thompson", description="Bandit policy for prompt cells and per-cell opponents.")
@@ -179,7 +179,7 @@ class CurateConfig(Strict):
                                       "verifier, its correct answers that the opponent also got right. With "
                                       "include_target_wins this keeps what the target already knows in its data, "
                                       "which lost battles alone under-represent (the forgetting they cause). "
-                                      "Prompt worlds; a games world's draws teach nothing (flywheel/games/curation.py).")
+                                      "Prompt worlds; a games world's draws teach nothing (flywheel/learning/game_curation.py).")
     dedup: bool = Field(True, description="One example per prompt text per iteration.")
     max_completion_chars: int = Field(8192, ge=1, description="Drop longer completions.")
     min_completion_chars: int = Field(1, ge=1, description="Drop shorter completions.")
@@ -191,12 +191,10 @@ class TrainConfig(Strict):
     method: Literal["sft", "dpo", "sft+dpo"] = Field("sft", description="TRL trainer(s) to run.")
     steps: int = Field(1200, ge=0, description="Optimizer steps per target per iteration.")
     batch_size: int = Field(32, ge=1, description="Per-device batch size.")
-    learning_rate: float = Field(1.5e-3, gt=0, description="Peak learning rate (the embedded default's was "
-                                 "chosen on benchmarks.efficacy's seeds 0-4).")
+    learning_rate: float = Field(1.5e-3, gt=0, description="Peak learning rate.")
     weight_decay: float = Field(1.0, ge=0, description="AdamW's decoupled weight decay (transformers leaves biases "
-                                "and norms out). The embedded default's 1.0 was chosen on benchmarks.efficacy's seeds "
-                                "0-4 (0, 0.1, 0.5, 1 and 2 compared): it keeps the tiny student from memorizing its "
-                                "teachers' answers. Recipes for real LLMs set their own (theirs: 0).")
+                                "and norms out): higher pulls the weights toward zero harder, which keeps a small "
+                                "model from memorizing its teachers' answers.")
     replay: bool = Field(True, description="Also train on earlier iterations' SFT data.")
     checkpoint_steps: int = Field(200, ge=0, description="Save the Trainer's whole state (weights, optimizer, "
                                   "scheduler, RNG) in the run directory every this many steps (and at a phase's end; "
@@ -219,9 +217,7 @@ class TrainConfig(Strict):
     activation_checkpointing: bool | None = Field(
         None, description="Recompute activations in the backward pass instead of keeping them (transformers' "
         "activation checkpointing): less memory, more compute, the same weights. Unset: on for models of at least "
-        "100M parameters (TRL's default), off for smaller ones, where activations take little memory and "
-        "recomputing them doubled the step time (the tiny models: 300 steps in 5.6 s against 11.1 s, bit-identical "
-        "weights).")
+        "100M parameters (TRL's default), off for smaller ones, where activations take little memory.")
     sft_args: dict[str, Any] = Field({}, description="Extra trl.SFTConfig fields (override the ones built here), "
                                      "e.g. {gradient_accumulation_steps: 4}.")
     dpo_args: dict[str, Any] = Field({}, description="Extra trl.DPOConfig fields, e.g. {loss_type: ipo}.")
@@ -247,7 +243,7 @@ class EvaluateConfig(Strict):
     sampling: Literal["full", "active"] = Field(
         "full", description="full: every new version battles every opponent on every eval prompt; active: eval "
         "battles are drawn in rounds toward the pairs whose order is uncertain and the widest intervals "
-        "(flywheel/active_eval.py), until the target CI width or max_battles. Accuracy is measured on the whole "
+        "(flywheel/maths/active_eval.py), until the target CI width or max_battles. Accuracy is measured on the whole "
         "eval split either way. Prompt worlds only: a games world refuses active.")
     round_size: int = Field(60, ge=1, description="active: eval battles per round.")
     target_ci_width: float = Field(150.0, gt=0, description="active: stop once every new version's 95% Elo "
@@ -255,7 +251,7 @@ class EvaluateConfig(Strict):
     max_battles: int | None = Field(None, ge=1, description="active: most eval battles per iteration (default: "
                                     "as many as full sampling plays).")
     width_weight: float = Field(3.0, ge=0, description="active: weight of the CI widths against the uncertain "
-                                "orders of neighbouring ranks (chosen on benchmarks.active_eval's seeds 0-4).")
+                                "orders of neighbouring ranks when choosing the next round's pairs.")
     promotion: Literal["validation", "always"] = Field(
         "validation", description="validation: a target's new version replaces its current one only if its "
         "validation accuracy (games: win-or-draw rate) is at least the current one's minus promotion_margin; "
@@ -274,7 +270,7 @@ class BudgetConfig(Strict):
 
 class AllocateConfig(Strict):
     """How the next iteration's training steps and battles are shared among the targets
-    (ModelArena's compute allocation; see flywheel/allocation.py)."""
+    (ModelArena's compute allocation; see flywheel/learning/allocation.py)."""
 
     policy: Literal["uniform", "proportional", "successive-halving", "selective", "random"] = Field(
         "uniform", description="uniform; proportional (share ~ learning rate, smoothed, floored); "

@@ -1,4 +1,4 @@
-"""Sections of the one config tree (flywheel/config.py) for players and judges, and the strict
+"""Sections of the one config tree (flywheel/ground/config.py) for players and judges, and the strict
 base every section shares. Import them from ``flywheel.ground.config``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A local transformers model as a player: batched greedy or sampled generation, left padding,
-asked through its chat template when it has one (``flywheel/chat.py``)."""
+asked through its chat template when it has one (``flywheel/ground/chat.py``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """allocate: share the next iteration's training steps and battles among the targets, from each
-target's gain in validation standing per unit of compute (flywheel/allocation.py)."""
+target's gain in validation standing per unit of compute (flywheel/learning/allocation.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """curate: an iteration's judged battles become SFT and DPO datasets on disk (Arena Learning's
-rules; flywheel/curation.py), with a dataset card and lineage."""
+rules; flywheel/learning/curation.py), with a dataset card and lineage."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def _eval_spec(k: int, version: str, opponent: str, p) -> BattleSpec:
 def play_active(ctx: Context, k: int, versions: list[str]) -> int:
     """Active eval sampling: rounds of ``evaluate.round_size`` battles between the new versions
     and the opponents, each round chosen from the Bradley-Terry fit of every eval battle judged
-    so far (flywheel/active_eval.py), until each new version's 95% interval is at most
+    so far (flywheel/maths/active_eval.py), until each new version's 95% interval is at most
     ``evaluate.target_ci_width`` Elo with no uncertain order next to it, or ``max_battles``, or
     no pair has an eval prompt left. A pair takes its prompts in a fixed order of the seed.
     Each round's battles are stored (``stages/eval-active-r<r>.json``) before they are played,

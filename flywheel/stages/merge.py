@@ -1,5 +1,5 @@
 """merge: ``allocate.sharing: federated`` merges the just-trained versions of same-architecture
-targets, weighted by their latest validation standing (flywheel/merging.py)."""
+targets, weighted by their latest validation standing (flywheel/learning/merging.py)."""
 
 from __future__ import annotations
 

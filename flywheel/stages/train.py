@@ -153,7 +153,7 @@ def shape_for(data, chat: bool, system: str | None):
 
 
 def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
-    """``accelerate launch`` the training of one target (flywheel/train_worker.py); its main
+    """``accelerate launch`` the training of one target (flywheel/stages/train_worker.py); its main
     process writes the result next to the stage results."""
     import subprocess
     import sys

@@ -138,7 +138,7 @@ class Roster:
 
     def is_chat(self, player: str) -> bool:
         """Whether the player is asked (and, as a target, trained) in conversations: by its chat
-        setting and the tokenizer of its weights (flywheel/chat.py), which TRL trains with and a
+        setting and the tokenizer of its weights (flywheel/ground/chat.py), which TRL trains with and a
         vLLM server serves with; an API player without local weights always chats."""
         pc = self.config(player)
         if pc.kind not in ("transformers", "vllm") and not pc.path:
