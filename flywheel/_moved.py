@@ -1,7 +1,7 @@
 """Old module paths (before the parts became packages) still import: ``flywheel.store`` is
 ``flywheel.ground.store``, the same module object. A user's ``module:Class`` or ``module:function``
-in a saved config, and a user's own code, keep working; new code imports the new paths (the
-import-linter contracts see only those)."""
+in a saved config, a user's own code and ``python -m flywheel.train_worker`` keep working; new
+code imports the new paths (the import-linter contracts see only those)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         pass
+
+    def get_code(self, name):
+        """``python -m OLD.PATH`` (runpy) runs the module's code from its new place."""
+        new = MOVED[name]
+        return importlib.util.find_spec(new).loader.get_code(new)
+
+    def is_package(self, name) -> bool:
+        return False
 
 
 def install() -> None:

@@ -52,3 +52,19 @@ def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract
     assert p.returncode != 0, p.stdout
     broken = [line for line in p.stdout.splitlines() if line.endswith("BROKEN")]
     assert any(line.startswith(contract) for line in broken), p.stdout
+
+
+def test_old_module_paths_still_import_as_the_same_modules():
+    """A saved config's ``module:Class`` and a user's imports of the flat layout keep working."""
+    import flywheel.store
+
+    import flywheel.ground.store
+    import flywheel.players.reference
+    from flywheel.players.registry import resolve
+
+    assert flywheel.store is flywheel.ground.store
+    assert resolve("flywheel.games.reference:RandomMover") is flywheel.players.reference.RandomMover
+    # python -m through an old path runs the module's code (the ``accelerate launch -m`` form)
+    p = subprocess.run([sys.executable, "-m", "flywheel.interrupt"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
