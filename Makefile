@@ -1,6 +1,7 @@
 # make demo: install, then run the flywheel on the embedded default (offline, CPU).
 # make demo-llm: the same flywheel with a real instruct LLM (SmolLM2-135M-Instruct) as the target.
-# make test: install, then run the test suite (one pytest worker per core, at most 4).
+# make test: install, check the architecture's import contracts (lint-imports), then run the test suite
+# (one pytest worker per core, at most 4).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -37,7 +38,8 @@ demo-llm: install
 
 # One worker per core (at most 4): each builds its own tiny models and starts its own Prefect server.
 test: install
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest --numprocesses auto --maxprocesses 4
 
 clean:
-	rm -rf data/runs .prefect .hf .pytest_cache
+	rm -rf data/runs .prefect .hf .pytest_cache .import_linter_cache

@@ -8,7 +8,7 @@ a share of every battle whatever the strengths; a Bradley-Terry fit that scores 
 win then pulls lopsided pairs together, up to 2.5 logits at spread 400, so its "known strengths"
 are not what the fit estimates, and the fit's intervals credit lopsided battles with information
 they do not carry.) ``uniform`` draws each battle's pair uniformly from all pairs (Chatbot Arena's
-baseline); ``active`` draws rounds of ``--round`` battles with flywheel.active_eval.choose_round
+baseline); ``active`` draws rounds of ``--round`` battles with flywheel.maths.active_eval.choose_round
 (the same code the evaluate stage runs); ``arena`` is Chatbot Arena's own active sampling rule
 (Chiang et al. 2024, eq. 9, ``arena_pair``), redrawn after every battle. At each budget every arm
 is scored on the same fit and the same intervals, averaged over ``--reps`` streams of battle
@@ -42,7 +42,7 @@ import statistics
 import numpy as np
 
 from benchmarks.stats import budget_ratio, mean_ci, parse_seeds
-from flywheel.active_eval import Z95, choose_round, ci_widths, fit_with_cov, information
+from flywheel.maths.active_eval import Z95, choose_round, ci_widths, fit_with_cov, information
 
 LN10_400 = math.log(10) / 400
 

@@ -70,12 +70,12 @@ from pathlib import Path
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
-from flywheel.config import FlywheelConfig
-from flywheel.reports import in_use_eval
+from flywheel.ground.atomic import read_json
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.reports import in_use_eval
 from flywheel.stages.context import close_run, open_run
 from flywheel.stages.iteration import run_to
-from flywheel.store import read_json
-from flywheel.tinymodels import bootstrap
+from flywheel.worlds.tinymodels import bootstrap
 
 # Every run setting the figures depend on beyond the flags (dotted config keys; ``targets.*.x`` is
 # set on each target). As the README's allocation figures were measured: no self-distillation

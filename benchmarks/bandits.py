@@ -56,7 +56,7 @@ import numpy as np
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
-from flywheel.bandits import POLICIES, Bandit
+from flywheel.maths.bandits import POLICIES, Bandit
 
 SIM_POLICIES = [("uniform", {}), ("ucb", {}), ("thompson", {}), ("gaussian", {}), ("exp3", {}),
                 ("ucb", {"discount": 0.9}), ("thompson", {"discount": 0.9}), ("ucb", {"window": 20})]
@@ -144,7 +144,7 @@ def write_hard_pool(path: Path, categories: list[str], levels: tuple[int, ...], 
 def twin_of(category: str, text: str, rng: random.Random) -> str | None:
     """Another text with the same meaning (tasks.meaning): the operands swapped, the digits or
     letters shuffled; None where the prompt has no other text (``1+1=``, ``rev``, ``sub``)."""
-    from flywheel.tasks import meaning
+    from flywheel.worlds.tasks import meaning
 
     body = text.removesuffix("=")
     if category in ("add", "mul"):
@@ -166,7 +166,7 @@ def twin_of(category: str, text: str, rng: random.Random) -> str | None:
 
 def write_pool(scenario: str, path: Path, cfg) -> str:
     """The scenario's user pool (plain JSONL with references); returns what it holds, in words."""
-    from flywheel.world import prompt_pools
+    from flywheel.worlds.world import prompt_pools
 
     tasks = cfg.world.tasks
     per_cell = tasks.train_per_cell - tasks.val_per_cell
@@ -215,7 +215,8 @@ def bench_overrides(variant: str, world: World, extra: list[str], quick: bool) -
 
 def scenario_config(scenario: str, overrides: list[str], tmp: Path) -> tuple[object, str]:
     """The embedded default with ``overrides``, plus the scenario's pool; and what it holds."""
-    from flywheel.config import FlywheelConfig, load_config
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.config_io import load_config
 
     cfg = load_config(None, overrides)
     what = "18 suite cells"
@@ -232,8 +233,8 @@ def run_flywheel(cfg, policy: str, seed: int, battles: int, root: Path) -> tuple
     """(final eval accuracy of the first target, share of its train battles that taught it
     something: lost to an opponent) after a run with this policy and budget, every stage run
     as the flow runs it (flywheel.stages.iteration.run_to), without a Prefect server."""
-    from flywheel.records import SCORE_A, base_name
-    from flywheel.reports import in_use_eval
+    from flywheel.ground.records import SCORE_A, base_name
+    from flywheel.ground.reports import in_use_eval
     from flywheel.stages.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
@@ -268,7 +269,7 @@ def ci_table(budgets: list[int], runs: dict[str, dict[int, list[float]]]) -> Non
 
 def part2(seeds: list[int], worlds: list[World], policy: str, scenario: str, variant: str, extra: list[str],
           quick: bool, jobs: int) -> None:
-    from flywheel.tinymodels import bootstrap
+    from flywheel.worlds.tinymodels import bootstrap
 
     with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as tmp:
         cfgs = {}

@@ -26,7 +26,7 @@ def sft_rows(cfg):
     """The train split's prompts with their reference answers, as SFT rows."""
     from datasets import Dataset
 
-    from flywheel.world import world_pools
+    from flywheel.worlds.world import world_pools
 
     train = [p for p in world_pools(cfg.world).train if p.reference is not None]
     return Dataset.from_dict({"prompt": [p.text for p in train], "completion": [p.reference for p in train]})
@@ -43,7 +43,7 @@ def same_weights(a: Path, b: Path) -> bool:
 
 def trained(base: str, out: Path, data, cfg, seed: int, state: Path) -> tuple[float, float | None, int]:
     """Seconds, loss, and the bytes of the checkpoint left in ``state`` (kept, to be measured)."""
-    from flywheel.training import train_version
+    from flywheel.learning.training import train_version
 
     t0 = time.perf_counter()
     res = train_version(base, out, data, None, cfg, cfg.steps, seed, state_dir=state)
@@ -63,8 +63,8 @@ def main() -> None:
     import datasets
     import transformers
 
-    from flywheel.config import load_config
-    from flywheel.tinymodels import bootstrap
+    from flywheel.ground.config_io import load_config
+    from flywheel.worlds.tinymodels import bootstrap
 
     datasets.disable_progress_bars()
     transformers.utils.logging.disable_progress_bar()

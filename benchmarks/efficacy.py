@@ -49,10 +49,10 @@ GOALS = {"overall": (">=", 0.0), "worst_category": (">=", 0.9), "forgetting": ("
 
 def run_once(seed: int, overrides: list[str], root: Path) -> dict:
     """One run of the embedded default; returns its summary.json."""
-    from flywheel.config import load_config
+    from flywheel.ground.config_io import load_config
     from flywheel.stages.context import close_run, open_run
     from flywheel.stages.iteration import run_to
-    from flywheel.tinymodels import bootstrap
+    from flywheel.worlds.tinymodels import bootstrap
 
     cfg = load_config(None, [*overrides, f"run.seed={seed}", f"run.root={root}"])
     bootstrap(cfg.world)
@@ -66,7 +66,7 @@ def run_once(seed: int, overrides: list[str], root: Path) -> dict:
 
 def figures(summary: dict, target: str) -> dict[str, float]:
     """The four goal figures of ``target``'s in-use versions (see the module's docstring)."""
-    from flywheel.reports import in_use_eval
+    from flywheel.ground.reports import in_use_eval
 
     entries = summary["iterations"]
     curve = [in_use_eval(summary, e, target) for e in entries]
@@ -95,7 +95,7 @@ def figures(summary: dict, target: str) -> dict[str, float]:
 def by_category(summary: dict, target: str) -> dict[str, tuple[float, float, float, str]]:
     """Per category: the in-use version's eval accuracy after the last iteration and at iteration
     0, and the best opponent's accuracy there with its name."""
-    from flywheel.reports import in_use_eval
+    from flywheel.ground.reports import in_use_eval
 
     entries = summary["iterations"]
     first, last = in_use_eval(summary, entries[0], target), in_use_eval(summary, entries[-1], target)
@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, 300 steps")
     args = ap.parse_args()
-    from flywheel.cli import QUIET_ENV
+    from flywheel.face.cli import QUIET_ENV
 
     for key, value in QUIET_ENV.items():  # no progress bars (the spawned runs inherit these)
         os.environ.setdefault(key, value)
@@ -145,8 +145,8 @@ def main() -> None:
     if args.quick:
         seeds = seeds[:2]
         overrides += QUICK
-    from flywheel.config import load_config
-    from flywheel.tinymodels import bootstrap
+    from flywheel.ground.config_io import load_config
+    from flywheel.worlds.tinymodels import bootstrap
 
     worlds = worlds_of(args)
     for w in worlds:  # once per world, before the runs share its models
@@ -192,7 +192,7 @@ def category_table(summaries: list[dict], cfg) -> None:
     """Per category, pooled over the runs: where a target really stands, beside the resolution
     of the eval split (what the worst-category goal can tell on one run). The best opponent is
     each run's own (each world pre-trains its own opponents); its accuracy is the mean over runs."""
-    from flywheel.world import world_pools
+    from flywheel.worlds.world import world_pools
 
     sizes: dict[str, int] = {}
     for p in world_pools(cfg.world).eval:

@@ -19,10 +19,10 @@ import argparse
 import random
 
 from benchmarks.stats import mean_ci, parse_seeds
-from flywheel.config import ConfigError, load_config
-from flywheel.games.pools import game_splits
-from flywheel.games.reference import MinimaxPlayer, RandomMover, _GamePlayer
 from flywheel.games.rules import Position, other, parse_position
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.players.reference import MinimaxPlayer, RandomMover, _GamePlayer
+from flywheel.worlds.game_pools import game_splits
 
 
 def play_out(first: _GamePlayer, second: _GamePlayer, pos: Position, rng: random.Random) -> str | None:

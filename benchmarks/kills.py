@@ -45,7 +45,7 @@ from pathlib import Path
 
 from benchmarks.stats import parse_seeds
 
-RUN = [sys.executable, "-m", "flywheel.cli", "run"]
+RUN = [sys.executable, "-m", "flywheel.face.cli", "run"]
 SHORT = ["select.battles_per_iteration=600", "train.steps=100", "run.iterations=2"]
 KEY_ENV = "FLYWHEEL_KILLS_API_KEY"
 FAULTS = [500, None, None, None, "malformed", None, None, None, None, None]
@@ -84,7 +84,7 @@ def work(summary: dict) -> dict[str, float]:
 
 def logged_once(run_dir: Path) -> list[str]:
     """Iterations whose battle log or judgments do not hold exactly their plan's battles, once each."""
-    from flywheel.store import RunStore
+    from flywheel.ground.store import RunStore
 
     store, bad = RunStore(run_dir), []
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -24,7 +24,7 @@ import time
 
 from benchmarks.stats import mean_ci, parse_seeds
 from flywheel.players import SamplingParams, create_player
-from flywheel.tasks import build_suite
+from flywheel.worlds.tasks import build_suite
 from tests.fakeapi import FakeAPI
 
 

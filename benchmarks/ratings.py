@@ -8,7 +8,7 @@ draws every round's row counts from one multinomial over the unique rows and fit
 a process pool over all cores. It preprocesses the log once here (FastChat's report calls
 ``compute_bootstrap_bt`` and ``compute_bt``, which preprocess it once each).
 
-Ours (``flywheel.ratings.rate``): each column factorized on its own (in parallel for arrow-backed
+Ours (``flywheel.maths.leaderboard.rate``): each column factorized on its own (in parallel for arrow-backed
 columns); the log aggregated into cells of unordered pairs and outcomes; a batched Newton fit;
 the rounds are multinomial draws over the cells in seeded chunks, drawn and fitted on threads.
 
@@ -41,7 +41,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from flywheel.ratings import rate
+from flywheel.maths.leaderboard import rate
 
 
 # -- the logs -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.ratings import best_of, simulate
-from flywheel.battlelog import read_battle_columns, read_battles
+from flywheel.face.battlelog import read_battle_columns, read_battles
 
 
 def main() -> None:

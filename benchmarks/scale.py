@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 
 from benchmarks.stats import parse_seeds, run_all
+from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
-from flywheel.records import Generation, Prompt
 
 SKILL = {"target": 0.4, "sage": 0.7, "novice": 0.2}
 # By module name, not __name__: a spawned process imports this file as __mp_main__, which the
@@ -80,7 +80,7 @@ class InstantPlayer(Player):
 def config(battles: int, seed: int, root: Path, flow: bool = False):
     """The run's config; ``flow``: also what the whole flow needs past the arena stages (one
     iteration, a tiny untrained model for the target's train stage, no training steps)."""
-    from flywheel.config import load_config
+    from flywheel.ground.config_io import load_config
 
     target = f"{{name: target, kind: '{KIND}'" + (f", path: '{root}/models/stub'" if flow else "") + "}"
     overrides = [
@@ -100,7 +100,7 @@ def peak_mib() -> float:
 
 def one_size(battles: int, seed: int) -> dict[str, float]:
     """Stages path: seconds and peak memory (MiB, this process) of one iteration's arena stages."""
-    from flywheel.allocation import Allocation
+    from flywheel.learning.allocation import Allocation
     from flywheel.stages import battle, curate, judge, rate, select
     from flywheel.stages.context import close_run, open_run, read_stage
     from flywheel.stages.iteration import InProcess, run_baseline
@@ -134,7 +134,7 @@ def one_flow(battles: int, seed: int) -> dict[str, float]:
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.flywheel_flow import run_flywheel
-    from flywheel.store import RunStore
+    from flywheel.ground.store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = config(battles, seed, Path(tmp), flow=True)
@@ -185,7 +185,7 @@ def main() -> None:
     ap.add_argument("--fixed", type=int, default=10, help="the tiny size whose run measures the fixed costs")
     ap.add_argument("--paths", default=",".join(PATHS), help="stages, prefect, or both (comma separated)")
     args = ap.parse_args()
-    from flywheel.cli import QUIET_ENV
+    from flywheel.face.cli import QUIET_ENV
 
     # the spawned runs inherit these: the CLI's quiet defaults, and its console without Prefect's
     # flow- and task-run lines (flywheel run without -v)

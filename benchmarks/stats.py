@@ -117,6 +117,6 @@ def run_all(fn: Callable[..., Any], calls: list[tuple], jobs: int) -> list[Any]:
 
 
 def default_jobs() -> int:
-    from flywheel.ratings import usable_cpus
+    from flywheel.maths.ratings import usable_cpus
 
     return usable_cpus()

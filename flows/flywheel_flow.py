@@ -15,13 +15,18 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flywheel import interrupt, reports
-from flywheel.config import FlywheelConfig
+from flywheel.ground import interrupt, reports
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.config_io import load_config
+from flywheel.ground.dataset_files import dataset_rows
+from flywheel.ground.records import versioned
+from flywheel.ground.store import RunStore
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
 from flywheel.stages.results import EvalResult, IterationSummary
 from flywheel.stages.summary import completed_iterations
-from flywheel.tinymodels import bootstrap
+from flywheel.stages.summary import completed_iterations as done_in
+from flywheel.worlds.tinymodels import bootstrap
 
 T = TypeVar("T")
 
@@ -37,7 +42,6 @@ log = logging.getLogger("flywheel")
 def run_name_of(prefix: str) -> Callable[[], str]:
     """A task-run name from the run's parameters: ``<prefix>-i<k>[-r<round>][-s<shard>]``
     (``play-i1-r2-s0003``, ``select-i1-r2``, ``train-i1``)."""
-
     def name() -> str:
         from prefect.runtime import task_run
 
@@ -107,13 +111,11 @@ def announce_datasets(ctx: Context, k: int) -> None:
     from prefect.assets import materialize
     from prefect.events import emit_event
 
-    from flywheel.dataview import count_rows
-
     found = [(kind, ctx.store.dataset_dir(k, kind)) for kind in ("sft", "dpo")]
     found = [(kind, d.resolve()) for kind, d in found if d.exists()]
     if not found:
         return
-    rows = {kind: count_rows(d) for kind, d in found}
+    rows = {kind: dataset_rows(d) for kind, d in found}
     materialize(*[asset_key(d) for _, d in found], by="flywheel")(_materialized).with_options(
         name="datasets", task_run_name=f"datasets-i{k}", **TASK)()
     create_table_artifact(
@@ -147,8 +149,6 @@ def _materialized() -> None:
 def materialize_checkpoints(ctx: Context, k: int) -> None:
     """Iteration ``k``'s trained versions as Prefect assets."""
     from prefect.assets import materialize
-
-    from flywheel.records import versioned
 
     dirs = [ctx.store.model_dir(versioned(t, k)).resolve() for t in ctx.roster.targets]
     dirs = [d for d in dirs if d.exists()]
@@ -208,8 +208,6 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
     """The flywheel flow on the task runner of the run's config (the run directory's own one on
     resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
     here, so that the flow run is named after it."""
-    from flywheel.config import load_config
-
     cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:
         run_cfg = load_config(Path(resume) / "config.yaml")
@@ -224,9 +222,6 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
 def flow_run_name() -> str:
     """``<run>-iter<k>``: the run's name and the last iteration this flow run goes to."""
     from prefect.runtime import flow_run
-
-    from flywheel.stages.summary import completed_iterations as done_in
-    from flywheel.store import RunStore
 
     params = flow_run.parameters
     cfg = params["config"]
@@ -245,7 +240,7 @@ def flywheel(config: FlywheelConfig, resume: str | None = None, more: int | None
     ``config`` is the whole config tree (the Prefect UI shows it as a form and validates it);
     ``more``: instead of run.iterations, run this many iterations beyond those already completed
     when the run's lock is taken (a scheduled trigger adds one)."""
-    interrupt.rearm()  # `flywheel run`: a SIGTERM stops at once, as Ctrl-C does (flywheel/interrupt.py)
+    interrupt.rearm()  # `flywheel run`: a SIGTERM stops at once, as Ctrl-C does (flywheel/ground/interrupt.py)
     ctx = open_run(config, Path(resume) if resume else None, lock_wait_s)
     try:
         log.info("run directory: %s", ctx.store.root)

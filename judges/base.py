@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from flywheel.records import Battle, Judgment, stable_id
+from flywheel.ground.records import Battle, Judgment, stable_id
 
 
 def pair_battle(prompt: str, response_a: str, response_b: str, reference: str | None = None,

@@ -6,6 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 from judges.base import PairwiseJudge
+from judges.custom import load_custom
+from judges.game import GameJudge
+from judges.hybrid import HybridJudge
+from judges.llm import LLMJudge
+from judges.panel import PanelJudge
 from judges.verifier import VerifierJudge
 
 
@@ -20,8 +25,6 @@ def build_verifier(vc) -> VerifierJudge:
 
 
 def _llm(jc, roster, cache, pc) -> PairwiseJudge:
-    from judges.llm import LLMJudge
-
     return LLMJudge(roster.build(pc, pc.name), jc.template, jc.both_orders, jc.inconsistent,
                     jc.max_parse_retries, pc.max_new_tokens, cache, _identity(pc))
 
@@ -35,27 +38,19 @@ def _llm_judge(jc, roster, cache) -> PairwiseJudge:
 
 
 def _hybrid(jc, roster, cache) -> PairwiseJudge:
-    from judges.hybrid import HybridJudge
-
     return HybridJudge(build_verifier(jc.verifier), _llm(jc, roster, cache, jc.player), jc.llm_categories)
 
 
 def _panel(jc, roster, cache) -> PairwiseJudge:
-    from judges.panel import PanelJudge
-
     return PanelJudge([_llm(jc, roster, cache, pc) for pc in jc.panel], jc.aggregate)
 
 
 def _custom(jc, roster, cache) -> PairwiseJudge:
-    from judges.custom import load_custom
-
     options: dict[str, Any] = dict(jc.options)
     return load_custom(jc.custom, options)
 
 
 def _game(jc, roster, cache) -> PairwiseJudge:
-    from judges.game import GameJudge
-
     return GameJudge()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 from judges.verifier import load_callable
 

@@ -14,9 +14,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from flywheel.records import Battle, Judgment, base_name
-from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
+from flywheel.ground.records import Battle, Judgment, base_name
 from judges.base import PairwiseJudge
+from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.verifier import VerifierJudge
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from flywheel.games.referee import replay
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 
 WINNER = {"a": "model_a", "b": "model_b", "draw": "tie"}

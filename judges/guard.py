@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
 
 MODEL_JUDGES = ("llm:", "panel:", "custom:")
 

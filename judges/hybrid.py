@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from flywheel.ground.records import Battle, Judgment, Prompt, stable_id
 from flywheel.players.base import Player, SamplingParams
-from flywheel.records import Battle, Judgment, Prompt, stable_id
 from judges.base import PairwiseJudge
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -116,7 +116,7 @@ class LLMJudge(PairwiseJudge):
         self.inconsistent = inconsistent
         self.max_parse_retries = max_parse_retries
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
-        self.cache = cache  # a flywheel.store.KeyValueCache, or None
+        self.cache = cache  # a flywheel.ground.store.KeyValueCache, or None
         self.identity = identity or f"{type(player).__name__}:{player.name}"
         self.name = f"llm:{player.name}:{self.template_name}"
         self.model = player.name

@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 
 CATEGORIES = ("model_a", "model_b", "tie")

@@ -22,7 +22,8 @@ import math
 import re
 from collections.abc import Callable
 
-from flywheel.records import Battle, Judgment
+from flywheel.ground.records import Battle, Judgment
+from flywheel.players.registry import resolve
 from judges.base import PairwiseJudge
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -97,8 +98,6 @@ def regex(pattern: str | None = None) -> Check:
 
 def load_callable(spec: str) -> Callable:
     """A function (or class) named ``"module:attr"``."""
-    from flywheel.players.registry import resolve
-
     if ":" not in spec:
         raise ValueError(f"{spec!r}: name it as 'module:attribute'")
     fn = resolve(spec, {})

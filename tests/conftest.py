@@ -26,7 +26,8 @@ for key, value in {
 
 import yaml  # noqa: E402
 
-from flywheel.config import FlywheelConfig, ModelSpec, load_config  # noqa: E402
+from flywheel.ground.config import FlywheelConfig, ModelSpec
+from flywheel.ground.config_io import load_config
 
 TINY_MODELS = [
     {"name": "student", "steps": 20, "n_embd": 32},
@@ -47,7 +48,7 @@ FIXTURE_MODELS = Path(__file__).parent / "fixtures" / "tiny-models"
 
 
 def tiny_world(models_dir: Path):
-    from flywheel.config import WorldConfig
+    from flywheel.ground.config import WorldConfig
 
     return WorldConfig(models_dir=models_dir, models=[ModelSpec(**m) for m in TINY_MODELS], tasks=TINY_TASKS)
 
@@ -59,7 +60,7 @@ def tiny_models_dir(tmp_path_factory) -> Path:
     (and the golden tests then say the fixture is stale)."""
     import shutil
 
-    from flywheel.tinymodels import bootstrap
+    from flywheel.worlds.tinymodels import bootstrap
 
     d = tmp_path_factory.mktemp("models")
     shutil.copytree(FIXTURE_MODELS, d, dirs_exist_ok=True)

@@ -71,7 +71,7 @@ def build_fixture_models() -> Path:
     """Pre-train the tests' tiny models into tests/fixtures/tiny-models (replacing them)."""
     import shutil
 
-    from flywheel.tinymodels import bootstrap
+    from flywheel.worlds.tinymodels import bootstrap
     from tests.conftest import FIXTURE_MODELS, tiny_world
 
     shutil.rmtree(FIXTURE_MODELS, ignore_errors=True)

@@ -1,12 +1,12 @@
-"""Active evaluation sampling: the choice of pairs (flywheel/active_eval.py) and the evaluate
+"""Active evaluation sampling: the choice of pairs (flywheel/maths/active_eval.py) and the evaluate
 stage with ``evaluate.sampling: active`` on a real tiny run."""
 
 import json
 
 import numpy as np
 
-from flywheel.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
-from flywheel.config import FlywheelConfig
+from flywheel.ground.config import FlywheelConfig
+from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
 from flywheel.stages.context import close_run, open_run
 from flywheel.stages.evaluate import evaluate_versions
 from flywheel.stages.iteration import run_baseline

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from flywheel.allocation import Allocation, allocate, learning_rates, proportional
-from flywheel.config import AllocateConfig, ConfigError, CurateConfig, load_config
-from flywheel.curation import curate
-from flywheel.records import Battle, Judgment
+from flywheel.ground.config import AllocateConfig, CurateConfig
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.records import Battle, Judgment
+from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
+from flywheel.learning.curation import curate
 
 T = ["a", "b", "c"]
 # Eval accuracy after each iteration (0 = baseline) and training steps spent per iteration.
@@ -110,7 +111,7 @@ def test_curation_margin_threshold_length_limits_and_decontamination():
 
 
 def test_performance_weights_favour_the_better_target():
-    from flywheel.merging import performance_weights
+    from flywheel.learning.merging import performance_weights
 
     assert performance_weights({"a": 0.3, "b": 0.3}, 0.05) == pytest.approx({"a": 0.5, "b": 0.5})
     w = performance_weights({"a": 0.4, "b": 0.3, "c": 0.3}, 0.05)
@@ -124,9 +125,9 @@ def test_federated_merge_averages_same_architecture_checkpoints(tiny_models_dir,
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from flywheel.config import ModelSpec
-    from flywheel.merging import groups, merge_group
-    from flywheel.tinymodels import build_model, build_tokenizer
+    from flywheel.ground.config import ModelSpec
+    from flywheel.learning.merging import groups, merge_group
+    from flywheel.worlds.tinymodels import build_model, build_tokenizer
 
     tok = build_tokenizer()
     wide = tmp_path / "wide"
@@ -157,7 +158,7 @@ def test_sharded_checkpoints_merge_tensor_by_tensor(tiny_models_dir, tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from flywheel.merging import groups, merge_group, shard_map
+    from flywheel.learning.merging import groups, merge_group, shard_map
 
     src = {}
     for t, name in (("s", "student"), ("c", "calc")):
@@ -184,7 +185,7 @@ def test_lora_adapters_merge_as_updates_not_as_averaged_factors(tiny_models_dir,
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from flywheel.merging import coefficients, merge_group
+    from flywheel.learning.merging import coefficients, merge_group
 
     base = str(tiny_models_dir / "student")
     src = {}
@@ -228,9 +229,9 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     import sys
     import types
 
-    from flywheel.config import FlywheelConfig
-    from flywheel.store import RunStore
-    from flywheel.world import Roster
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.store import RunStore
+    from flywheel.worlds.world import Roster
 
     cfg = AllocateConfig(policy="selective", warmup=1, gpu_memory=0.6)
     alloc = allocate(cfg, T, 100, 100, ACC, STEPS)
@@ -251,7 +252,7 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     tree = {"targets": [{"name": "a", "kind": "vllm", "path": "/w/a"}, {"name": "b"}],
             "allocate": {"policy": "selective", "gpu_memory": 0.6}}
     store = RunStore(tmp_path)
-    from flywheel.allocation import Allocation
+    from flywheel.learning.allocation import Allocation
 
     after_1 = Allocation({"a": 0.75, "b": 0.25}, {"a": 3, "b": 1}, {"a": 3, "b": 1}, gpu_memory={"a": 0.45, "b": 0.15})
     store.save_stage_json(1, "allocate", after_1.to_json(), 0.0)
@@ -269,7 +270,7 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
 
 
 def test_mixed_sharing_pools_while_rates_agree_then_separates_for_good():
-    from flywheel.allocation import mixed_sharing
+    from flywheel.learning.allocation import mixed_sharing
 
     cfg = AllocateConfig(sharing="mixed", mixed_spread=0.05)
     assert allocate(cfg, T, 100, 300).pooled is True  # before any training: pooled

@@ -6,7 +6,7 @@ import pytest
 
 from flywheel.players import SamplingParams, create_player
 from flywheel.players.api import APIPlayer, Budget, RetryPolicy
-from flywheel.tasks import build_suite
+from flywheel.worlds.tasks import build_suite
 from tests.fakeapi import FakeAPI, solve
 
 PROMPTS = build_suite(1234, 10, 3)[1][:6]
@@ -213,10 +213,10 @@ def test_vllm_in_process_player_asks_a_target_version_with_its_config(monkeypatc
     target before any allocation; not the player's own 0.4), one chat call for all prompts (system prompt, then
     the prompt), the config's sampling (length, temperature, run seed, stop strings), no LoRA;
     the answers cut at the stop string, stripped, and matched to their prompts in order."""
-    from flywheel.arena import generate_cached
-    from flywheel.config import FlywheelConfig
-    from flywheel.store import RunStore
-    from flywheel.world import Roster
+    from flywheel.arena.battles import generate_cached
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.store import RunStore
+    from flywheel.worlds.world import Roster
 
     fake = fake_vllm(monkeypatch)
     cfg = FlywheelConfig.model_validate({
@@ -244,7 +244,7 @@ def test_vllm_in_process_player_asks_raw_text_without_chat(monkeypatch, template
     """No chat template (chat auto) or chat off: one generate call on the system prompt, a blank
     line and the prompt; greedy by default (temperature 0, no stop strings); the player's own
     GPU-memory share when the run gives none."""
-    from flywheel.config import PlayerConfig
+    from flywheel.ground.config import PlayerConfig
     from flywheel.players.base import PlayerSetup
     from flywheel.players.registry import player_from_config
 
@@ -263,7 +263,7 @@ def test_vllm_in_process_player_asks_raw_text_without_chat(monkeypatch, template
 
 
 def test_vllm_in_process_player_with_chat_on_needs_a_template(monkeypatch):
-    from flywheel.chat import ChatTemplateMissing
+    from flywheel.ground.chat import ChatTemplateMissing
     from flywheel.players import create_player
 
     fake_vllm(monkeypatch, None)
@@ -278,7 +278,7 @@ def test_vllm_in_process_player_without_vllm_names_the_extra(monkeypatch):
     import tomllib
     from pathlib import Path
 
-    from flywheel.config import PlayerConfig
+    from flywheel.ground.config import PlayerConfig
     from flywheel.players.base import PlayerSetup
     from flywheel.players.registry import player_from_config
 
@@ -295,10 +295,10 @@ def test_vllm_in_process_player_without_vllm_names_the_extra(monkeypatch):
 
 
 def test_a_repeated_run_sharing_a_cache_does_not_pay_twice(tmp_path):
-    from flywheel.arena import generate_cached
-    from flywheel.config import FlywheelConfig
-    from flywheel.store import RunStore
-    from flywheel.world import Roster
+    from flywheel.arena.battles import generate_cached
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.store import RunStore
+    from flywheel.worlds.world import Roster
 
     with FakeAPI() as s:
         cfg = FlywheelConfig.model_validate({
@@ -327,9 +327,9 @@ class UserAPIPlayer(APIPlayer):
 
 
 def test_a_users_api_player_class_gets_the_configs_retries_and_the_run_budget(tmp_path):
-    from flywheel.config import FlywheelConfig
-    from flywheel.store import RunStore
-    from flywheel.world import Roster
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.store import RunStore
+    from flywheel.worlds.world import Roster
 
     cfg = FlywheelConfig.model_validate({"budget": {"max_usd": 2.5}, "opponents": [
         {"name": "mine", "kind": "tests.test_api_players:UserAPIPlayer", "model": "m-1", "max_retries": 7,

@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from flywheel.bandits import POLICIES, Bandit, pfsp_weights
-from flywheel.config import ConfigError, load_config
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.maths.bandits import POLICIES, Bandit, pfsp_weights
 
 
 def play(bandit, means, rounds, k=8, seed=0, switch_at=None, switched=None):
@@ -79,8 +79,8 @@ def test_pfsp_weights():
 
 
 def test_yield_reward_counts_only_new_training_examples():
-    from flywheel.records import Battle, Judgment, JudgedBattle
-    from flywheel.selection import feedback
+    from flywheel.arena.selection import feedback
+    from flywheel.ground.records import Battle, JudgedBattle, Judgment
 
     def b(i, prompt, winner):
         return Battle(str(i), 1, "train", "p", prompt, "add", 1, "2", "student@0", "calc", "x", "2", None, "add/L1"), \
@@ -92,10 +92,11 @@ def test_yield_reward_counts_only_new_training_examples():
 
 
 def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
-    from flywheel.config import FlywheelConfig
+    from flywheel.ground.atomic import atomic_write_json
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.store import RunStore
     from flywheel.stages.context import Context
     from flywheel.stages.select import load_selector
-    from flywheel.store import RunStore, atomic_write_json
 
     cfg = FlywheelConfig.model_validate({"targets": [{"name": "x"}, {"name": "y-x"}]})
     ctx = Context(cfg, RunStore(tmp_path))
@@ -110,8 +111,8 @@ def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
 def test_prompt_floor_spreads_that_share_of_a_round_evenly_over_cells(floor):
     """A bandit sure that one cell is best still sends ``prompt_floor`` of each round evenly to
     every cell (the rest follows the bandit)."""
-    from flywheel.config import SelectConfig
-    from flywheel.selection import Selector
+    from flywheel.arena.selection import Selector
+    from flywheel.ground.config import SelectConfig
 
     cfg = SelectConfig(prompt_floor=floor)
     cells = [f"c{i}" for i in range(6)]

@@ -9,8 +9,8 @@ import pytest
 
 from benchmarks.allocation import MEASURED_WITH, parse_args, run_config
 from benchmarks.worlds import World
-from flywheel.allocation import allocate
-from flywheel.config import AllocateConfig, FlywheelConfig
+from flywheel.ground.config import AllocateConfig, FlywheelConfig
+from flywheel.learning.allocation import allocate
 
 T = ["a", "b", "c"]
 ACC = {"a": [0.1, 0.3, 0.5], "b": [0.1, 0.15, 0.2], "c": [0.1, 0.1, 0.1]}  # a is clearly fastest

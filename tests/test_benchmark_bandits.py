@@ -7,9 +7,9 @@ from pathlib import Path
 
 from benchmarks.bandits import FRACTIONS, QUICK, VARIANTS, bench_overrides, scenario_config
 from benchmarks.worlds import World
-from flywheel.config import load_config
-from flywheel.tasks import meaning
-from flywheel.world import world_pools
+from flywheel.ground.config_io import load_config
+from flywheel.worlds.tasks import meaning
+from flywheel.worlds.world import world_pools
 
 
 def _get(cfg, dotted: str):

@@ -9,13 +9,13 @@ import sys
 import types
 
 import pytest
-from flywheel.curation import load_dataset_dir
 from transformers import AutoTokenizer
 
-from flywheel.chat import ChatTemplateMissing, as_text, template_of
-from flywheel.config import FlywheelConfig, TrainConfig
+from flywheel.ground.chat import ChatTemplateMissing, as_text, template_of
+from flywheel.ground.config import FlywheelConfig, TrainConfig
+from flywheel.ground.records import Prompt
+from flywheel.learning.curation import load_dataset_dir
 from flywheel.players import SamplingParams, create_player
-from flywheel.records import Prompt
 
 # Only characters of the tiny models' vocabulary: role letter, '=', content, end of text.
 TEMPLATE = ("{% for m in messages %}{{ m['role'][0] }}={{ m['content'] }}{{ eos_token }}{% endfor %}"
@@ -64,9 +64,9 @@ def test_stop_strings_end_a_generation(tiny_models_dir):
 
 
 def test_the_generation_cache_keys_on_how_a_model_is_asked(chat_models_dir, tmp_path):
-    from flywheel.arena import generate_cached
-    from flywheel.store import RunStore
-    from flywheel.world import Roster
+    from flywheel.arena.battles import generate_cached
+    from flywheel.ground.store import RunStore
+    from flywheel.worlds.world import Roster
 
     store = RunStore(tmp_path)
 
@@ -91,7 +91,7 @@ def test_a_chat_target_trains_on_conversational_datasets(harness, chat_models_di
     """The flow with a chat target: its SFT/DPO datasets are conversational (the system prompt in
     every prompt), TRL trains on them, and every version keeps the chat template."""
     from flows.flywheel_flow import flywheel
-    from flywheel.training import train_version
+    from flywheel.learning.training import train_version
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(chat_models_dir, tmp_path / "runs", run__name="chat", run__iterations=1, train__method="sft+dpo")

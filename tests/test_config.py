@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.config import ConfigError, FlywheelConfig, load_config
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.config_io import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from flywheel.curation import load_dataset_dir
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel, run_flywheel
-from flywheel.store import RunLockedError, RunStore
+from flywheel.ground.store import RunLockedError, RunStore
+from flywheel.learning.curation import load_dataset_dir
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +21,7 @@ def harness():
 
 @pytest.fixture(scope="module")
 def finished_run(harness, tiny_models_dir, tmp_path_factory):
-    from flywheel.config import FlywheelConfig
-
+    from flywheel.ground.config import FlywheelConfig
     from tests.conftest import tiny_tree
 
     root = tmp_path_factory.mktemp("runs")
@@ -90,7 +89,7 @@ def test_same_seed_same_results_on_any_machine(finished_run, tiny_models_dir):
 
 
 def test_the_category_table_puts_every_target_version_next_to_every_opponent(finished_run):
-    from flywheel import reports
+    from flywheel.ground import reports
 
     summary = json.loads((finished_run.root / "summary.json").read_text())
     rows, cats = reports.category_rows(summary)
@@ -206,7 +205,7 @@ def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path
 
 @pytest.mark.parametrize("policy", ["uniform", "ucb"])
 def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, policy):
-    from flywheel.config import load_config
+    from flywheel.ground.config_io import load_config
     from tests.conftest import tiny_tree
 
     # --set bandit.policy=<policy> (the section's other name) reaches select.policy
@@ -321,7 +320,7 @@ def test_data_export_formats(finished_run, cli_env, tmp_path, fmt):
 def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finished_run, harness, tiny_models_dir):
     pytest.importorskip("prefect_dask")
     from flows.flywheel_flow import run_flywheel
-    from flywheel.config import FlywheelConfig
+    from flywheel.ground.config import FlywheelConfig
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, finished_run.root.parent, run__name="dask", run__iterations=1,
@@ -343,7 +342,7 @@ def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finis
 
 # -- several targets: compute allocation ------------------------------------------------------
 def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_models_dir, tmp_path):
-    from flywheel.config import FlywheelConfig
+    from flywheel.ground.config import FlywheelConfig
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
@@ -393,7 +392,7 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
             avg = sum(group["weights"][t] * trained[t][key] for t in trained)
             for t in trained:
                 assert torch.allclose(final[t][key], 0.5 * trained[t][key] + 0.5 * avg, atol=1e-5)
-    from flywheel.reports import allocation_lines
+    from flywheel.ground.reports import allocation_lines
 
     table = allocation_lines(summary)
     assert "merge_weight" in table and f'{summary["iterations"][2]["merge"]["groups"][0]["weights"]["fast"]:.3f}' in table
@@ -403,8 +402,7 @@ def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_mod
     """Two targets from one checkpoint, one learning and one (almost) not: iteration 1 trains
     both on the pooled traces; their validation-loss rates then diverge, the allocation records
     the switch, and iteration 2 trains each on its own traces only."""
-    from flywheel.config import FlywheelConfig
-
+    from flywheel.ground.config import FlywheelConfig
     from tests.conftest import tiny_tree
 
     student = str(tiny_models_dir / "student")
@@ -470,7 +468,7 @@ def test_exports_in_arena_arena_hard_and_messages_layouts(finished_run, cli_env,
 def test_data_push_dry_run_lists_the_commit_and_a_failed_push_is_one_line(finished_run, cli_env):
     import yaml
 
-    from flywheel.hub import push_operations
+    from flywheel.face.hub import push_operations
 
     root = finished_run.root
     ops = push_operations(root)
@@ -499,9 +497,13 @@ def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run
 
     import anyio
     from prefect.client.orchestration import get_client
-
-    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterKey, FlowRunFilter, FlowRunFilterId,
-                                                FlowRunFilterName)
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterName,
+    )
 
     async def read(names: list[str]):
         async with get_client() as client:

@@ -7,13 +7,13 @@ import subprocess
 import sys
 
 import pytest
-from flywheel.curation import load_dataset_dir
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel
-from flywheel.config import FlywheelConfig
 from flywheel.games.rules import parse_position
-from flywheel.store import RunStore
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.store import RunStore
+from flywheel.learning.curation import load_dataset_dir
 
 
 def games_tree(tmp_path, **over) -> dict:

@@ -8,11 +8,13 @@ import re
 
 import pytest
 
-from flywheel.config import ConfigError, FlywheelConfig, load_config
+from flywheel.ground.cache import KeyValueCache
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.records import Battle
+from flywheel.ground.store import RunStore
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
-from flywheel.records import Battle
-from flywheel.store import KeyValueCache, RunStore
 from judges.base import pair_battle
 from judges.custom import load_custom
 from judges.diagnostics import diagnose
@@ -99,7 +101,7 @@ def test_judgment_cache_by_content_hash_means_zero_calls_on_a_rerun(tmp_path):
 
 
 def test_judge_pending_reruns_from_the_shared_cache_without_calls(tmp_path):
-    from flywheel.arena import judge_pending
+    from flywheel.arena.battles import judge_pending
 
     battles = [arith(str(i), "41", "42") for i in range(3)]
     with FakeAPI("judge") as server:
@@ -252,7 +254,7 @@ def test_custom_judges_from_the_config_and_pairs():
     cls = load_custom("judges.verifier:VerifierJudge", {"match": "numeric", "tolerance": 0.5})
     assert cls.name == "verifier:numeric"
     with pytest.raises(ValueError, match="not a PairwiseJudge"):
-        load_custom("flywheel.records:Prompt", {"id": "1", "text": "", "category": "", "level": 0})
+        load_custom("flywheel.ground.records:Prompt", {"id": "1", "text": "", "category": "", "level": 0})
 
 
 def shorter_wins(prompt, a, b, reference):
@@ -278,7 +280,6 @@ def test_length_bias_and_self_preference_diagnostics():
 @pytest.mark.parametrize("sets, field", [
     (["judge.kind=panel", "judge.panel=[{name: j1, kind: openai, model: m}]"], "judge"),
     (["judge.verifier.pattern=(unclosed"], "judge.verifier.pattern"),
-    (["judge.template=no-such-template"], "judge.template"),
     (["judge.kind=hybrid"], "judge"),
     (["judge.kind=custom"], "judge"),
     (["judge.verifier.match=callable"], "judge.verifier"),
@@ -287,6 +288,20 @@ def test_bad_judge_config_names_the_field(sets, field):
     with pytest.raises(ConfigError) as e:
         load_config(None, sets)
     assert field in str(e.value)
+
+
+@pytest.mark.parametrize("sets, line", [
+    (["judge.template=no-such-template"], "judge.template: judge template 'no-such-template' not found"),
+    (["judge.kind=panel", "judge.panel=[{name: j1, kind: openai, model: m, api_key_env: K},"
+      "{name: j2, kind: openai, model: m, api_key_env: K}]", "judge.aggregate=mean"], "judge.aggregate"),
+])
+def test_a_bad_judge_template_is_a_problem_the_checks_name(sets, line, monkeypatch):
+    """Templates belong to the judges: the config holds the name, ``flywheel check`` and ``run`` refuse it."""
+    from flywheel.face.checks import problems
+
+    monkeypatch.setenv("K", "x")
+    found = problems(load_config(None, sets))
+    assert any(p.startswith(line) for p in found), found
 
 
 def test_pair_battles_and_default_config():

@@ -1,8 +1,7 @@
-from flywheel.config import CurateConfig
-from flywheel.curation import curate
-from flywheel.records import Battle, Judgment
+from flywheel.ground.config import CurateConfig
+from flywheel.ground.records import Battle, Judgment
+from flywheel.learning.curation import curate
 from judges.verifier import VerifierJudge
-
 
 # Arena Learning's rule alone: what beat the target (the default also self-distils)
 ARENA_ONLY = CurateConfig(include_target_wins=False, include_target_ties=False)
@@ -69,8 +68,8 @@ def test_datasets_open_with_load_dataset_pandas_and_duckdb_and_old_ones_still_re
     import yaml
     from datasets import Dataset, load_dataset
 
-    from flywheel.curation import SFT_COLUMNS, dataset_card, load_dataset_dir, save_dataset
-    from flywheel.records import SFTExample
+    from flywheel.ground.records import SFTExample
+    from flywheel.learning.curation import SFT_COLUMNS, dataset_card, load_dataset_dir, save_dataset
 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # load_dataset's cache: not in the dataset
     rows = [SFTExample("1+1=", "2", "p1", "add", "calc", "b1", 1, "student"),
@@ -99,7 +98,7 @@ def test_log_shards_read_as_one_table_whatever_their_nulls(tmp_path):
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from flywheel.store import RunStore
+    from flywheel.ground.store import RunStore
 
     store = RunStore(tmp_path)
     store.append_battles([battle("1", "a", "b", "1", "2")])  # error column all null

@@ -1,13 +1,12 @@
+import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from flywheel.config import ModelSpec, WorldConfig
+from flywheel.ground.config import ModelSpec, WorldConfig
 from flywheel.players import SamplingParams, create_player
 from flywheel.players.registry import resolve
-from flywheel.tasks import build_suite
-from flywheel.tinymodels import bootstrap, build_tokenizer
-
-import pytest
+from flywheel.worlds.tasks import build_suite
+from flywheel.worlds.tinymodels import bootstrap, build_tokenizer
 
 
 def test_tokenizer_is_character_level_and_round_trips(tmp_path):
@@ -59,7 +58,7 @@ def test_a_model_remembers_its_suite_and_is_rebuilt_when_it_changed(tmp_path, ca
 
 
 def test_a_game_models_fingerprint_ignores_how_games_are_played_but_not_its_positions():
-    from flywheel.tinymodels import fingerprint
+    from flywheel.worlds.tinymodels import fingerprint
 
     spec = ModelSpec(name="t", categories=["tictactoe"], steps=2)
     print_of = lambda **games: fingerprint(WorldConfig(kind="games", models=[spec], games=games), spec, 0)["fingerprint"]  # noqa: E731
@@ -95,8 +94,8 @@ def test_reference_loss_is_the_models_own_loss_on_the_answers(tiny_models_dir):
     answer (and end of text) after the prompt, exactly what the model's own loss gives."""
     import torch
 
+    from flywheel.ground.records import Prompt
     from flywheel.players.hf import TransformersPlayer
-    from flywheel.records import Prompt
 
     player = TransformersPlayer("student", str(tiny_models_dir / "student"), batch_size=2)
     prompts = [Prompt("a", "12+7=", "add", 1, "19"), Prompt("b", "rev abc=", "rev", 1, "cba"),

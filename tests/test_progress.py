@@ -3,7 +3,7 @@
 import io
 import logging
 
-from flywheel.progress import Progress
+from flywheel.ground.progress import Progress
 
 
 class Terminal(io.StringIO):

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from flywheel.config import FlywheelConfig
+from flywheel.ground.atomic import read_json
+from flywheel.ground.config import FlywheelConfig
 from flywheel.stages.context import close_run, open_run
 from flywheel.stages.iteration import run_to
 from flywheel.stages.promote import promote_versions
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 from flywheel.stages.train import training_data
-from flywheel.store import read_json
 from tests.conftest import tiny_tree
 
 
@@ -66,8 +66,8 @@ def test_promotion_margin_and_always(tiny_models_dir, tmp_path):
 def ruined_run(tiny_models_dir, tmp_path_factory):
     """Two iterations whose training destroys the model (learning rate 50): neither new version
     may replace the pre-trained one, which keeps playing and is trained on again."""
-    from flywheel.config import ModelSpec, WorldConfig
-    from flywheel.tinymodels import bootstrap
+    from flywheel.ground.config import ModelSpec, WorldConfig
+    from flywheel.worlds.tinymodels import bootstrap
     from tests.conftest import TINY_TASKS
 
     root = tmp_path_factory.mktemp("ruined")
@@ -87,7 +87,7 @@ def ruined_run(tiny_models_dir, tmp_path_factory):
 
 
 def test_a_worse_version_is_not_promoted_and_the_current_one_keeps_playing(ruined_run):
-    from flywheel import reports
+    from flywheel.ground import reports
 
     ctx = ruined_run
     summary = json.loads(ctx.store.summary_path.read_text())
@@ -112,7 +112,7 @@ def test_a_worse_version_is_not_promoted_and_the_current_one_keeps_playing(ruine
 
 
 def test_replay_trains_on_every_earlier_iterations_sft_rows(ruined_run):
-    from flywheel.curation import load_dataset_dir
+    from flywheel.learning.curation import load_dataset_dir
 
     ctx = ruined_run
     rows = {k: sorted(load_dataset_dir(ctx.store.dataset_dir(k, "sft"))["completion"]) for k in (1, 2)}

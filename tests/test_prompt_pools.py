@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from flywheel.config import FlywheelConfig
-from flywheel.prompts import ingest
-from flywheel.world import prompt_pools, world_pools
+from flywheel.ground.config import FlywheelConfig
+from flywheel.worlds.prompts import ingest
+from flywheel.worlds.world import prompt_pools, world_pools
 
 
 def jsonl(path, rows):

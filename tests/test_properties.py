@@ -17,9 +17,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from flywheel.battlelog import BattleLogError, read_battles
-from flywheel.prompts import ingest
-from flywheel.ratings import OUTCOME
+from flywheel.face.battlelog import BattleLogError, read_battles
+from flywheel.maths.ratings import OUTCOME
+from flywheel.worlds.prompts import ingest
 from judges.llm import parse_verdict
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,7 +107,7 @@ def test_parquet_read_as_columns_gives_exactly_the_row_readers_battles(items):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from flywheel.battlelog import read_battle_columns
+    from flywheel.face.battlelog import read_battle_columns
 
     path = _file(".parquet", b"")
     pq.write_table(pa.Table.from_pylist(items), path)

@@ -110,7 +110,7 @@ def test_cli_conventions_version_choices_and_incompatible_flags(tmp_path):
 
     from typer.testing import CliRunner
 
-    from flywheel.cli import app
+    from flywheel.face.cli import app
 
     cli = CliRunner()
     got = cli.invoke(app, ["--version"])
@@ -126,7 +126,7 @@ def test_cli_conventions_version_choices_and_incompatible_flags(tmp_path):
 
 
 def test_a_clean_parquet_log_is_read_by_columns_and_rates_exactly_as_jsonl(log, tmp_path, cli_env):
-    from flywheel.battlelog import read_battle_columns
+    from flywheel.face.battlelog import read_battle_columns
 
     pq_path, jl_path = tmp_path / "b.parquet", tmp_path / "b.jsonl"
     log.to_parquet(pq_path)
@@ -143,7 +143,7 @@ def test_a_clean_parquet_log_is_read_by_columns_and_rates_exactly_as_jsonl(log, 
 
 
 def test_a_long_json_list_names_the_line_of_each_bad_record(log, tmp_path):
-    from flywheel.battlelog import BattleLogError, read_battles
+    from flywheel.face.battlelog import BattleLogError, read_battles
 
     records = log.head(300).to_dict("records")
     records[250]["winner"] = "draw"
@@ -168,7 +168,7 @@ def test_a_long_json_list_names_the_line_of_each_bad_record(log, tmp_path):
 @pytest.mark.parametrize("suffix", ["jsonl", "json", "csv"])
 def test_a_log_saved_with_a_byte_order_mark_reads_as_without(log, tmp_path, suffix):
     """Excel's "CSV UTF-8" and some Windows tools start a file with a UTF-8 byte order mark."""
-    from flywheel.battlelog import read_battles
+    from flywheel.face.battlelog import read_battles
 
     path = tmp_path / f"b.{suffix}"
     {"jsonl": lambda: log.head(40).to_json(path, orient="records", lines=True),

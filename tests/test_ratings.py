@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from flywheel.ratings import leaderboard, online_elo
+from flywheel.maths.leaderboard import leaderboard, online_elo
 
 
 def simulate(strengths, n, seed=0, tie_rate=0.1):
@@ -54,7 +54,7 @@ def test_point_estimates_match_the_classic_method():
 def test_the_prior_is_used_only_where_the_mle_does_not_exist():
     import numpy as np
 
-    from flywheel.ratings import mle_exists, points_matrix
+    from flywheel.maths.ratings import mle_exists, points_matrix
 
     a, b, w = simulate({"x": 1200, "y": 1000, "z": 800}, 3000)
     default = {r.model: r.rating for r in leaderboard(a, b, w, rounds=0)}
@@ -117,8 +117,8 @@ def test_online_elo_moves_toward_the_winner():
 
 
 # -- edge cases, anchors, groups, names ----------------------------------------------------------
-from flywheel.battlelog import consistency  # noqa: E402
-from flywheel.ratings import rate  # noqa: E402
+from flywheel.face.battlelog import consistency  # noqa: E402
+from flywheel.maths.leaderboard import rate  # noqa: E402
 
 
 def finite(report):
@@ -202,7 +202,7 @@ def test_same_report_from_dataframe_columns_swapped_sides_and_any_core_count(mon
 
     import pandas as pd
 
-    from flywheel import ratings
+    from flywheel.maths import ratings
 
     a, b, w = simulate({"x": 1200, "y": 1100, "z": 1000, "u": 950}, 5000, seed=2)
     base = rate(a, b, w, rounds=40, seed=3)

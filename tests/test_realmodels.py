@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from flywheel.realmodels import ModelSourceError, convert_gguf, known_gguf
+from flywheel.worlds.realmodels import ModelSourceError, convert_gguf, known_gguf
 
 
 @pytest.mark.parametrize("content, message", [
@@ -46,10 +46,10 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from flywheel.config import TrainConfig
+    from flywheel.ground.config import TrainConfig
+    from flywheel.ground.records import Prompt
+    from flywheel.learning.training import train_version
     from flywheel.players import SamplingParams, create_player
-    from flywheel.records import Prompt
-    from flywheel.training import train_version
 
     out = convert_gguf(known_gguf("smollm2"), tmp_path / "smollm2")
     assert (out / "model.safetensors").exists() and (out / "chat_template.jinja").exists()
@@ -93,7 +93,7 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
               "error: opponents.1 (claude): environment variable ANTHROPIC_API_KEY (api_key_env) is not set")]
     from typer.testing import CliRunner
 
-    from flywheel.cli import app
+    from flywheel.face.cli import app
 
     cli_env = {k: v for k, v in cli_env.items() if k not in ("FLYWHEEL_UNSET_KEY", "ANTHROPIC_API_KEY")}
     unset = {"FLYWHEEL_UNSET_KEY": None, "ANTHROPIC_API_KEY": None}

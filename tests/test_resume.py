@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from flywheel.store import RunStore
+from flywheel.ground.store import RunStore
 
 
 def _as_from_a_terminal() -> None:
@@ -120,7 +120,7 @@ def test_the_watchdog_ends_what_it_last_saw_whole_when_the_run_dies_during_a_loo
 
     import psutil
 
-    from flywheel import interrupt
+    from flywheel.ground import interrupt
 
     class Child:
         pid = 4242
@@ -164,7 +164,7 @@ def test_a_run_killed_alone_leaves_no_process_behind(tiny_config, cli_env):
     assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
     children = psutil.Process(proc.pid).children(recursive=True)
     commands = [" ".join(c.cmdline()) for c in children]
-    assert any("uvicorn" in c for c in commands) and any("flywheel.interrupt WATCH" in c for c in commands)
+    assert any("uvicorn" in c for c in commands) and any("flywheel.ground.interrupt WATCH" in c for c in commands)
     proc.kill()
     proc.wait(timeout=30)
     proc.stderr.close()

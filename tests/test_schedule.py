@@ -12,9 +12,9 @@ import httpx
 import pytest
 import yaml
 
-from flywheel.config import FlywheelConfig
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.stages.context import open_run
-from flywheel.store import RunLockedError, RunStore
 from tests.conftest import start_prefect_server, stop, tiny_tree
 
 

@@ -5,7 +5,8 @@ import json
 import multiprocessing as mp
 from pathlib import Path
 
-from flywheel.store import KeyValueCache, RunStore
+from flywheel.ground.cache import KeyValueCache
+from flywheel.ground.store import RunStore
 
 
 def _writer(folder: str, start: int, barrier, attempts: int) -> None:
@@ -52,7 +53,7 @@ def test_an_earlier_runs_jsonl_cache_is_imported_once(tmp_path):
 
 
 def test_a_plan_is_read_shard_by_shard_and_old_jsonl_plans_still_read(tmp_path):
-    from flywheel.records import BattleSpec
+    from flywheel.ground.records import BattleSpec
 
     store = RunStore(tmp_path / "run")
     specs = [BattleSpec(f"b{i}", 1, "train", f"p{i % 7}", "student@0", "calc", "add/1") for i in range(1200)]

@@ -1,4 +1,4 @@
-from flywheel.tasks import CATEGORIES, build_suite, take_validation
+from flywheel.worlds.tasks import CATEGORIES, GENERATORS, build_suite, take_validation
 
 
 def _check(p):
@@ -38,9 +38,9 @@ def test_train_and_eval_never_overlap_and_are_deterministic():
 
 def test_no_prompt_is_in_two_splits():
     """train (battles), validation (steers the run) and eval (reported only) are disjoint, also for
-    the splits a run uses (flywheel.world) and for the tiny models' pre-training pool."""
-    from flywheel.config import FlywheelConfig
-    from flywheel.world import prompt_pools
+    the splits a run uses (flywheel.worlds.world) and for the tiny models' pre-training pool."""
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.worlds.world import prompt_pools
 
     train, evals, validation = prompt_pools(FlywheelConfig().world.tasks)
     texts = [{p.text for p in s} for s in (train, evals, validation)]
@@ -53,7 +53,7 @@ def test_no_prompt_is_in_two_splits():
 
 
 def test_twins_are_one_meaning_and_other_texts_mean_themselves():
-    from flywheel.tasks import meaning
+    from flywheel.worlds.tasks import meaning
 
     assert meaning("add", "3+12=") == meaning("add", "12+3=") != meaning("add", "13+2=")
     assert meaning("mul", "7*40=") == meaning("mul", "40*7=")
@@ -68,9 +68,9 @@ def test_twins_are_one_meaning_and_other_texts_mean_themselves():
 def test_no_meaning_is_in_two_splits_on_any_suite():
     """Held out by meaning, not by string: no eval or validation prompt has a twin (``b+a`` for
     ``a+b``, an anagram to sort or count) in another split, on the default suite and others."""
-    from flywheel.config import TaskSuiteConfig
-    from flywheel.tasks import meaning
-    from flywheel.world import prompt_pools
+    from flywheel.ground.config import TaskSuiteConfig
+    from flywheel.worlds.tasks import meaning
+    from flywheel.worlds.world import prompt_pools
 
     for seed in (1234, 7, 99):
         splits = prompt_pools(TaskSuiteConfig(seed=seed))
@@ -83,3 +83,8 @@ def test_no_meaning_is_in_two_splits_on_any_suite():
     by_cell = [p for p in prompt_pools(TaskSuiteConfig()).train if (p.category, p.level) == ("add", 1)]
     assert len({meaning("add", p.text) for p in by_cell}) == 55 - 20 - 10
     assert len(by_cell) > 55 - 20 - 10  # both texts of a twin pair that is all in train stay
+
+
+def test_the_configs_category_names_are_the_suites():
+    """The config names the categories (the ground stands alone); the suite makes each of them."""
+    assert tuple(GENERATORS) == CATEGORIES

@@ -5,8 +5,8 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from flywheel.config import TrainConfig
-from flywheel.training import train_version
+from flywheel.ground.config import TrainConfig
+from flywheel.learning.training import train_version
 
 SFT = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
                          "completion": ["15", "cba", "123", "8"] * 4})
@@ -61,11 +61,11 @@ def test_keep_adapter_saves_a_lora_adapter_and_training_continues_from_it(tiny_m
 def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     """`train.launcher: accelerate` runs the same TRL code path under `accelerate launch` (here
     --cpu, one process); the version it saves is the one the next iteration plays."""
-    from flywheel.config import FlywheelConfig
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.records import DPOPair, SFTExample
+    from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
     from flywheel.stages.context import open_run
     from flywheel.stages.train import train_targets
-    from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
-    from flywheel.records import DPOPair, SFTExample
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="acc", train__launcher="accelerate",
@@ -87,7 +87,7 @@ def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
 
 
 def test_arguments_built_for_a_cuda_machine_do_not_force_the_cpu():
-    from flywheel.training import Hardware, training_args
+    from flywheel.learning.training import Hardware, training_args
 
     gpu = training_args(TrainConfig(), 10, 0, "/tmp/x", 512, Hardware(cuda=True, bf16=True))
     assert gpu["bf16"] is True and gpu["fp16"] is False and gpu["max_length"] == 512
@@ -101,8 +101,8 @@ def test_arguments_built_for_a_cuda_machine_do_not_force_the_cpu():
 
 
 def test_max_length_and_trl_fields_come_from_config(tiny_models_dir):
-    from flywheel.config import ConfigError, load_config
-    from flywheel.training import max_length
+    from flywheel.ground.config_io import ConfigError, load_config
+    from flywheel.learning.training import max_length
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models_dir / "student")
     assert max_length(TrainConfig(), model) == 64  # the tiny GPT's context
@@ -124,7 +124,7 @@ def test_sft_args_reach_the_trainer(tiny_models_dir, tmp_path):
         def on_train_begin(self, args, state, control, **kw):
             seen.append(args.gradient_accumulation_steps)
 
-    import flywheel.progress as progress
+    import flywheel.ground.progress as progress
 
     original = progress.trainer_callback
     progress.trainer_callback = lambda *a: Count()
@@ -141,8 +141,8 @@ def test_small_models_train_without_recomputing_activations_to_the_same_weights(
     """train.activation_checkpointing unset: a model under 100M parameters trains without it, one
     above keeps TRL's default (on); set, it is obeyed, and so is TRL's own name for it in sft_args /
     dpo_args; on or off, the weights come out the same."""
-    import flywheel.progress as progress
-    import flywheel.training as training
+    import flywheel.ground.progress as progress
+    import flywheel.learning.training as training
 
     seen = []
 
@@ -192,12 +192,12 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
     """A kill while training (train.checkpoint_steps) loses only the steps since the last
     checkpoint: the phase that finished is not trained again, the other resumes where it was saved,
     and the version ends with the weights and loss of a run never interrupted."""
-    import flywheel.progress
+    import flywheel.ground.progress
 
     class Killed(Exception):
         pass
 
-    real, steps_run, kill_at = flywheel.progress.trainer_callback, [], ("dpo" if method == "sft+dpo" else "sft", 4)
+    real, steps_run, kill_at = flywheel.ground.progress.trainer_callback, [], ("dpo" if method == "sft+dpo" else "sft", 4)
 
     def watched(desc: str, total: int, kill: bool):
         handler, phase = real(desc, total), desc.split()[1]
@@ -220,7 +220,7 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
     straight = train_version(base, tmp_path / "straight", *data, cfg, steps=steps, seed=0, state_dir=tmp_path / "s0")
 
     state = tmp_path / "state"
-    monkeypatch.setattr(flywheel.progress, "trainer_callback", lambda d, t: watched(d, t, kill=True))
+    monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", lambda d, t: watched(d, t, kill=True))
     with pytest.raises(Killed):
         train_version(base, tmp_path / "resumed", *data, cfg, steps=steps, seed=0, state_dir=state)
     assert not (tmp_path / "resumed").exists()
@@ -229,7 +229,7 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
     (cut / "model.safetensors").write_bytes(b"half a file")
 
     steps_run.clear()
-    monkeypatch.setattr(flywheel.progress, "trainer_callback", lambda d, t: watched(d, t, kill=False))
+    monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", lambda d, t: watched(d, t, kill=False))
     resumed = train_version(base, tmp_path / "resumed", *data, cfg, steps=steps, seed=0, state_dir=state)
     assert steps_run == [(kill_at[0], 5), (kill_at[0], 6)]  # only the steps after the last checkpoint
     assert json.loads((cut / "trainer_state.json").read_text())["global_step"] == 6  # saved again, whole

@@ -8,10 +8,10 @@ part of the generation-cache key.
 
 from __future__ import annotations
 
+from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
 from flywheel.players.openai_player import _API_KWARGS, api_key
-from flywheel.records import Prompt
 
 
 class AnthropicPlayer(APIPlayer):

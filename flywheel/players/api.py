@@ -20,8 +20,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
-from flywheel.records import Generation, Prompt
 
 
 class MalformedResponse(Exception):

@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from flywheel.records import Generation, Prompt
+from flywheel.ground.records import Generation, Prompt
 
 
 @dataclass(frozen=True)

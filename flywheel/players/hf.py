@@ -1,5 +1,5 @@
 """A local transformers model as a player: batched greedy or sampled generation, left padding,
-asked through its chat template when it has one (``flywheel/chat.py``)."""
+asked through its chat template when it has one (``flywheel/ground/chat.py``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 
 import torch
 
-from flywheel.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.checkpoints import load_checkpoint
+from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, SamplingParams
-from flywheel.records import Generation, Prompt
-
 
 # Loading (transformers initialises weights on the meta device through process-wide state) and
 # generation (the global RNG when sampling) are not safe in concurrent threads, and a local model
@@ -45,8 +45,6 @@ class TransformersPlayer(Player):
     def _load(self, name: str, path: str, batch_size: int, chat: str, system_prompt: str | None,
               device: str, dtype: str) -> None:
         from transformers import AutoTokenizer
-
-        from flywheel.store import load_checkpoint
 
         self.name = name
         self.path = path

@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import os
 
+from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
-from flywheel.records import Prompt
 
 
 def api_key(env: str | None, player: str, required: bool) -> str:

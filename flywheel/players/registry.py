@@ -15,8 +15,8 @@ PLAYER_KINDS: dict[str, str] = {
     "openai": "flywheel.players.openai_player:OpenAIPlayer",
     "anthropic": "flywheel.players.anthropic_player:AnthropicPlayer",
     "vllm": "flywheel.players.vllm_player:VLLMPlayer",
-    "random": "flywheel.games.reference:RandomMover",
-    "minimax": "flywheel.games.reference:MinimaxPlayer",
+    "random": "flywheel.players.reference:RandomMover",
+    "minimax": "flywheel.players.reference:MinimaxPlayer",
 }
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from flywheel.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.chat import cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
-from flywheel.records import Generation, Prompt
 
 
 class VLLMPlayer(Player):

@@ -1,5 +1,5 @@
 """allocate: share the next iteration's training steps and battles among the targets, from each
-target's gain in validation standing per unit of compute (flywheel/allocation.py)."""
+target's gain in validation standing per unit of compute (flywheel/learning/allocation.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from flywheel.allocation import Allocation, allocate
-from flywheel.records import versioned
+from flywheel.ground.records import versioned
+from flywheel.learning.allocation import Allocation, allocate
 from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TrainResult
 

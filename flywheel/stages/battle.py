@@ -7,8 +7,8 @@ not grow with the iteration."""
 
 from __future__ import annotations
 
-from flywheel.arena import play_batch
-from flywheel.records import Battle
+from flywheel.arena.battles import play_batch
+from flywheel.ground.records import Battle
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import BattleResult
 

@@ -12,13 +12,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from flywheel.config import FlywheelConfig, dump_config, load_config
-from flywheel.records import PlayerVersion, Prompt, stable_id, versioned
-from flywheel.selection import arm_of
+from flywheel.arena.selection import arm_of
+from flywheel.ground.atomic import atomic_write_json, atomic_write_text
+from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.config_io import dump_config, load_config
+from flywheel.ground.records import PlayerVersion, Prompt, stable_id, versioned
+from flywheel.ground.store import RunStore
 from flywheel.stages.results import EvalResult, PromoteResult, VersionEval
-from flywheel.store import RunStore, atomic_write_json, atomic_write_text
-from flywheel.world import Roster, world_pools
+from flywheel.worlds.world import Roster, world_pools
 from judges.base import PairwiseJudge
+from judges.build import build_judge, build_verifier
 
 
 class JsonRecord(Protocol):
@@ -59,16 +62,12 @@ class Context:
 
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
-        from judges.build import build_judge
-
         return build_judge(self.cfg.judge, self.roster, self.store.judge_outputs if self.cfg.judge.cache else None)
 
     @functools.cached_property
     def correct(self) -> Callable[[str | None, Prompt], bool]:
         """Whether a response answers a prompt: the configured verifier's check (with its
         final-answer extraction), which eval accuracy and the eval subsets use."""
-        from judges.build import build_verifier
-
         verifier = build_verifier(self.cfg.judge.verifier)
         return lambda response, prompt: verifier.correct(response, prompt.reference)
 
@@ -187,7 +186,6 @@ def read_stage(store: RunStore, k: int, name: str, result: type[R]) -> R | None:
 def stage(base: str, result: type[JsonRecord], per_round: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Run the stage unless its result is on disk; store the result and the stage's timing.
     A ``per_round`` stage takes the round number after ``k`` and is recorded as ``<base>-r<n>``."""
-
     def wrap(fn: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(fn)
         def run(ctx: Context, k: int, *args: Any) -> R:

@@ -1,16 +1,16 @@
 """curate: an iteration's judged battles become SFT and DPO datasets on disk (Arena Learning's
-rules; flywheel/curation.py), with a dataset card and lineage."""
+rules; flywheel/learning/curation.py), with a dataset card and lineage."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from flywheel.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
-from flywheel.games.curation import MISSED as GAME_MISSED
-from flywheel.games.curation import RULES as GAME_RULES
-from flywheel.games.curation import TACTICS as GAME_TACTICS
-from flywheel.games.curation import curate_games
-from flywheel.records import PlayerVersion, stable_id
+from flywheel.ground.records import PlayerVersion, stable_id
+from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
+from flywheel.learning.game_curation import MISSED as GAME_MISSED
+from flywheel.learning.game_curation import RULES as GAME_RULES
+from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
+from flywheel.learning.game_curation import curate_games
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
 

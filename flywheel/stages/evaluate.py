@@ -9,17 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from flywheel import reports
-from flywheel.arena import generate_cached, judge_pending, play_battles
-from flywheel.evaluation import SUBSET_RULES, accuracy, eval_subsets
-from flywheel.games.scores import tally, win_or_draw
+from flywheel.arena.battles import generate_cached, judge_pending, play_battles
+from flywheel.arena.evaluation import SUBSET_RULES, accuracy, eval_subsets
+from flywheel.arena.game_scores import tally, win_or_draw
+from flywheel.arena.games import play_games
+from flywheel.arena.selection import arm_of, seat
+from flywheel.ground import reports
+from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
+from flywheel.ground.records import SCORE_A, BattleSpec, JudgedBattle, stable_id, versioned
+from flywheel.ground.store import iter_name
+from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
+from flywheel.maths.leaderboard import board
 from flywheel.players.base import ScoresReferences
-from flywheel.records import BattleSpec, stable_id, versioned
-from flywheel.selection import arm_of, seat
 from flywheel.stages.context import Context, stage
-from flywheel.stages.rate import board
 from flywheel.stages.results import EvalResult, Validation, VersionEval
-from flywheel.store import atomic_write_json, atomic_write_text, iter_name, read_json
 
 
 @stage("evaluate", EvalResult)
@@ -34,7 +37,7 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
         judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     if ctx.cfg.world.kind == "games":
         return _evaluate_games(ctx, k, versions)
-    by_model = {r.model: r for r in board(ctx.cfg, ctx.store.judged(None, "eval"), ctx.cfg.evaluate.bootstrap_seed)}
+    by_model = {r.model: r for r in board(ctx.store.judged(None, "eval"), ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
     responses: dict[str, dict[str, str]] = {}
     if active:  # not every pair met on every prompt: every model answers the whole eval split
         for m in versions + ctx.roster.opponents:
@@ -67,14 +70,11 @@ def _eval_spec(k: int, version: str, opponent: str, p) -> BattleSpec:
 def play_active(ctx: Context, k: int, versions: list[str]) -> int:
     """Active eval sampling: rounds of ``evaluate.round_size`` battles between the new versions
     and the opponents, each round chosen from the Bradley-Terry fit of every eval battle judged
-    so far (flywheel/active_eval.py), until each new version's 95% interval is at most
+    so far (flywheel/maths/active_eval.py), until each new version's 95% interval is at most
     ``evaluate.target_ci_width`` Elo with no uncertain order next to it, or ``max_battles``, or
     no pair has an eval prompt left. A pair takes its prompts in a fixed order of the seed.
     Each round's battles are stored (``stages/eval-active-r<r>.json``) before they are played,
     so a resumed run plays exactly them. Returns the eval battles of this iteration."""
-    from flywheel.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
-    from flywheel.records import SCORE_A
-
     ec, opponents = ctx.cfg.evaluate, ctx.roster.opponents
     budget = ec.max_battles or len(versions) * len(opponents) * len(ctx.eval_split)
     queues = {(v, o): sorted(ctx.eval_split, key=lambda p: stable_id("eval-order", ctx.cfg.run.seed, v, o, p.id))
@@ -129,7 +129,7 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
     judged = ctx.store.judged(k, "eval")
     every = ctx.store.judged(None, "eval")
     evals: dict[str, VersionEval] = {}
-    by_model = {r.model: r for r in board(ctx.cfg, every, ctx.cfg.evaluate.bootstrap_seed)}
+    by_model = {r.model: r for r in board(every, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
     for m in versions + ctx.roster.opponents:
         acc, by_cat = win_or_draw(judged, m)
         r = by_model.get(m)
@@ -147,9 +147,6 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
 def _validate_games(ctx: Context, version: str, k: int) -> Validation:
     """A target version's win-or-draw rate against every opponent from the validation positions
     (played and judged here, not logged: what steers the run, never the eval split)."""
-    from flywheel.games.play import play_games
-    from flywheel.records import JudgedBattle
-
     specs = []
     for opp in ctx.roster.opponents:
         for p in ctx.validation:
@@ -203,6 +200,6 @@ def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, 
     for name, ids in subsets["prompt_ids"].items():
         chosen = set(ids)
         rows = [r for r in every if r.battle.prompt_id in chosen]
-        boards[name] = [x.to_dict() for x in board(ctx.cfg, rows, ctx.cfg.evaluate.bootstrap_seed)]
+        boards[name] = [x.to_dict() for x in board(rows, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)]
     atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}-subsets.json"), boards)
     return boards

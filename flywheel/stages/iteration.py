@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from flywheel.allocation import Allocation
+from flywheel.learning.allocation import Allocation
 from flywheel.stages import allocate, battle, curate, evaluate, judge, merge, promote, rate, select, train
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import IterationSummary

@@ -3,14 +3,17 @@ round's verdicts reward each target's bandits."""
 
 from __future__ import annotations
 
-from flywheel import selection
-from flywheel.arena import judge_batch
-from flywheel.records import Battle, JudgedBattle, Judgment, base_name
+from flywheel.arena import selection
+from flywheel.arena.battles import judge_batch
+from flywheel.ground.atomic import atomic_write_json
+from flywheel.ground.records import Battle, JudgedBattle, Judgment, base_name
+from flywheel.ground.store import iter_name
 from flywheel.stages.battle import shard_count
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import JudgeResult
 from flywheel.stages.select import load_selector
-from flywheel.store import atomic_write_json, iter_name
+from judges.build import build_verifier
+from judges.guard import JudgeGuardError, check
 
 
 def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
@@ -51,9 +54,6 @@ def guard_round(ctx: Context, k: int, rnd: int, n: int) -> None:
     the round's verdicts leave the log (``quarantine/``), the report is kept
     (``stages/judge-guard-r<rnd>.json``) and the run stops before anything learns from them; on
     resume the round is judged again without the judge cache."""
-    from judges.build import build_verifier
-    from judges.guard import JudgeGuardError, check
-
     if ctx.cfg.judge.kind in ("verifier", "game"):  # exact judges: nothing to guard
         return
     names = [ctx.store.shard_name(k, rnd, i) for i in range(n)]

@@ -1,10 +1,10 @@
 """merge: ``allocate.sharing: federated`` merges the just-trained versions of same-architecture
-targets, weighted by their latest validation standing (flywheel/merging.py)."""
+targets, weighted by their latest validation standing (flywheel/learning/merging.py)."""
 
 from __future__ import annotations
 
-from flywheel import merging
-from flywheel.records import versioned
+from flywheel.ground.records import versioned
+from flywheel.learning import merging
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import MergeGroup, MergeResult, VersionEval
 from flywheel.stages.train import serve_adapter

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 
-from flywheel.records import versioned
+from flywheel.ground.records import versioned
 from flywheel.stages.context import Context, stage
-from flywheel.stages.results import Promotion, PromoteResult
+from flywheel.stages.results import PromoteResult, Promotion
 
 log = logging.getLogger("flywheel")
 

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from flywheel.allocation import Allocation
+from flywheel.learning.allocation import Allocation
 
 R = TypeVar("R", bound="StageRecord")
 

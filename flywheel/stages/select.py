@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from flywheel import selection
-from flywheel.records import BattleSpec
-from flywheel.selection import Selector
+from flywheel.arena import selection
+from flywheel.arena.selection import Selector
+from flywheel.ground.records import BattleSpec
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import SelectResult
 

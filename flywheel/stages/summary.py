@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flywheel.allocation import Allocation
-from flywheel.records import PlayerVersion
+from flywheel.ground.atomic import atomic_write_json, read_json
+from flywheel.ground.records import PlayerVersion
+from flywheel.ground.store import RunStore
+from flywheel.learning.allocation import Allocation
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
 from flywheel.stages.select import count_arms, load_selector
-from flywheel.store import RunStore, atomic_write_json, read_json
+from judges.build import build_verifier
+from judges.diagnostics import diagnose
 
 
 def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
@@ -51,9 +54,6 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
 def judge_report(ctx: Context, k: int) -> dict[str, Any]:
     """Iteration ``k``'s judge diagnostics: invalid verdicts, position flips, length bias,
     self-preference and (for panels) agreement, over its train and eval battles."""
-    from judges.build import build_verifier
-    from judges.diagnostics import diagnose
-
     verifier = build_verifier(ctx.cfg.judge.verifier)
     return diagnose(ctx.store.battles(k), ctx.store.judgments(k), ctx.judge.model, verifier, ctx.judge.name)
 

@@ -7,12 +7,15 @@ import contextlib
 import logging
 import shutil
 
-from flywheel.allocation import Allocation
+from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, messages
+from flywheel.ground.records import PlayerVersion, versioned
+from flywheel.learning.allocation import Allocation
+from flywheel.learning.curation import load_dataset_dir
+from flywheel.learning.training import Hardware, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
-from flywheel.records import PlayerVersion, versioned
 from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TargetTraining, TrainResult
-from flywheel.training import is_main_process, train_version
 
 log = logging.getLogger("flywheel")
 
@@ -45,8 +48,6 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k, state_dir=state)
     if is_main_process():
-        from flywheel.store import atomic_write_text
-
         base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
         atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))
         shutil.rmtree(state, ignore_errors=True)  # the version is saved: its checkpoints are no longer needed
@@ -96,8 +97,6 @@ def training_data(ctx: Context, k: int, kind: str, target: str):
     last allocation pools: every target's)."""
     from datasets import concatenate_datasets
 
-    from flywheel.curation import load_dataset_dir
-
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
     # In memory: trainers map() the data, and must not leave cache files inside the run's datasets.
     parts = [load_dataset_dir(ctx.store.dataset_dir(i, kind)) for i in iters]
@@ -142,8 +141,6 @@ def pools_traces(ctx: Context, k: int) -> bool:
 def shape_for(data, chat: bool, system: str | None):
     """Rows of either format as the target reads them: conversations asked with its own system
     prompt (a chat target; pooled rows may come from another target's battles), or plain text."""
-    from flywheel.chat import TEXT_COLUMNS, as_text, assistant, messages
-
     def row(r: dict) -> dict:
         out = {"prompt": messages(as_text(r["prompt"]), system) if chat else as_text(r["prompt"])}
         for c in TEXT_COLUMNS[1:]:
@@ -156,7 +153,7 @@ def shape_for(data, chat: bool, system: str | None):
 
 
 def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
-    """``accelerate launch`` the training of one target (flywheel/train_worker.py); its main
+    """``accelerate launch`` the training of one target (flywheel/stages/train_worker.py); its main
     process writes the result next to the stage results."""
     import subprocess
     import sys
@@ -168,14 +165,13 @@ def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
-    from flywheel.training import Hardware, precision
 
     hw = Hardware.detect()
     mixed = {"bf16": "bf16", "fp16": "fp16"}.get(precision(ctx.cfg.train, hw), "no")
     cmd = [accelerate, "launch", "--num_processes", str(ctx.cfg.train.num_processes), "--num_machines", "1",
            "--mixed_precision", mixed, "--dynamo_backend", "no"]
     cmd += [] if hw.cuda else ["--cpu"]
-    cmd += ["-m", "flywheel.train_worker", str(ctx.store.root), str(k), t, str(steps)]
+    cmd += ["-m", "flywheel.stages.train_worker", str(ctx.store.root), str(k), t, str(steps)]
     log.info("training %s@%d: %s", t, k, " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     done = ctx.store.stage_json(k, f"train-{t}")

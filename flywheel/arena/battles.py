@@ -1,0 +1,137 @@
+"""Play battles (with a generation cache) and judge them, a batch at a time, into the run's logs."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import replace
+
+from flywheel.arena.games import play_games
+from flywheel.ground.progress import Progress
+from flywheel.ground.records import Battle, BattleSpec, Generation, Prompt, stable_id
+from flywheel.ground.store import RunStore
+from flywheel.worlds.world import Roster
+from judges.base import PairwiseJudge
+
+log = logging.getLogger("flywheel")
+
+
+def generate_cached(
+    roster: Roster, store: RunStore, player: str, prompts: list[Prompt], iteration: int = 0, phase: str = "train"
+) -> dict[str, Generation]:
+    """Answers of ``player`` to ``prompts`` by prompt id; only uncached prompts are generated.
+    Failed generations are returned (with their error) but never cached. Usage goes to usage.jsonl."""
+    params = roster.params(player)
+    ident = roster.identity(player)
+    key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
+           for p in prompts}
+    cache = store.generations.get_many(key.values())
+    out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
+    todo = list({p.id: p for p in prompts if p.id not in out}.values())
+    gens: list[Generation] = []
+    player_obj = roster.player(player) if todo else None
+    before = _usage(player_obj)
+    if player_obj is not None:
+        # the pooled object may be shared by arena names with the same weights: label by this one
+        gens = [replace(g, player=player) for g in player_obj.generate(todo, params)]
+        if len(gens) != len(todo):
+            raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
+        store.generations.put((key[g.prompt_id], g.text) for g in gens if g.ok)
+        out.update({g.prompt_id: g for g in gens})
+    if prompts:
+        after = _usage(player_obj)
+        row = {"iteration": iteration, "phase": phase, "player": player,
+               "worker": f"{socket.gethostname()}:{os.getpid()}",  # mapped shards run on any process
+               "generated": len(todo), "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
+        row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
+        store.append_jsonl("usage.jsonl", row)
+        log.debug("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
+    return out
+
+
+def _usage(player) -> dict[str, float]:
+    usage = getattr(player, "usage", None)
+    return usage.to_dict() if usage is not None else {}
+
+
+def play_battles(
+    roster: Roster, store: RunStore, specs: list[BattleSpec], prompts: dict[str, Prompt], shard_size: int = 500
+) -> int:
+    """Play every spec not yet in the battle log, appending one shard per ``shard_size`` battles.
+    Returns how many battles were played now."""
+    if not specs:
+        return 0
+    have = {b.battle_id for b in store.battles(specs[0].iteration, specs[0].phase)}
+    todo = [s for s in specs if s.battle_id not in have]
+    with Progress(len(todo), f"battles iter {specs[0].iteration} {specs[0].phase}", "battles") as bar:
+        for start in range(0, len(todo), shard_size):
+            play_batch(roster, store, todo[start : start + shard_size], prompts)
+            bar.update(len(todo[start : start + shard_size]))
+    return len(todo)
+
+
+def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
+               name: str | None = None) -> None:
+    """Play ``todo`` and append them to the battle log as one shard (named ``name``, if given).
+    In a games world a battle is a game played move by move (flywheel/arena/games.py)."""
+    if roster.cfg.world.kind == "games":
+        return _play_games(roster, store, todo, prompts, name)
+    need: dict[str, list[Prompt]] = {}
+    for s in todo:
+        for m in (s.model_a, s.model_b):
+            need.setdefault(m, []).append(prompts[s.prompt_id])
+    k, phase = todo[0].iteration, todo[0].phase
+    answers = {m: generate_cached(roster, store, m, ps, k, phase) for m, ps in need.items()}
+    battles = []
+    for s in todo:
+        p = prompts[s.prompt_id]
+        ga, gb = answers[s.model_a][p.id], answers[s.model_b][p.id]
+        error = "; ".join(f"{g.player}: {g.error}" for g in (ga, gb) if not g.ok) or None
+        battles.append(
+            Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
+                   s.model_a, s.model_b, ga.text, gb.text, error, s.arm)
+        )
+    store.append_battles(battles, name)
+
+
+def _play_games(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
+                name: str | None) -> None:
+    gc = roster.cfg.world.games
+    battles, usage = play_games(roster, todo, prompts, gc.prompt, gc.max_illegal)
+    store.append_battles(battles, name)
+    for row in usage:
+        store.append_jsonl("usage.jsonl", {"iteration": todo[0].iteration, "phase": todo[0].phase, **row})
+
+
+def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: str, shard_size: int = 500) -> int:
+    """Judge every battle of (iteration, phase) that has no judgment yet, a shard at a time (each
+    shard's judgments are saved before the next starts). Failed battles are not judged: they
+    stay in the log with their error and never count."""
+    done = store.judgments(iteration, phase)
+    todo = [b for b in store.battles(iteration, phase) if b.battle_id not in done and b.ok]
+    with Progress(len(todo), f"judgments iter {iteration} {phase}", "battles") as bar:
+        for start in range(0, len(todo), shard_size):
+            judge_batch(judge, store, todo[start : start + shard_size], iteration, phase)
+            bar.update(len(todo[start : start + shard_size]))
+    return len(todo)
+
+
+def judge_batch(judge: PairwiseJudge, store: RunStore, todo: list[Battle], iteration: int, phase: str,
+                name: str | None = None) -> None:
+    """Judge ``todo`` and append the judgments as one shard (named ``name``, if given)."""
+    if not todo:
+        return
+    llms = judge.llm_judges()
+    before = [(_usage(j.player), j.calls, j.cache_hits) for j in llms]
+    judgments = judge.judge(todo)
+    if len(judgments) != len(todo):
+        raise RuntimeError(f"judge {judge.name} returned {len(judgments)} judgments for {len(todo)} battles")
+    store.append_judgments(judgments, iteration, phase, name)
+    for j, (usage, calls, hits) in zip(llms, before):
+        after = _usage(j.player)
+        row = {"iteration": iteration, "phase": phase, "player": f"judge:{j.player.name}", "judged": len(todo),
+               "judge_calls": j.calls - calls, "cache_hits": j.cache_hits - hits,
+               "invalid": sum(1 for x in judgments if not x.valid)}
+        row.update({k: round(after[k] - usage.get(k, 0), 6) for k in after})
+        store.append_jsonl("usage.jsonl", row)

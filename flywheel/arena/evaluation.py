@@ -1,0 +1,55 @@
+"""Held-out evaluation helpers: accuracy and the WizardArena-style eval subsets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flywheel.ground.records import Prompt, stable_id
+from judges.verifier import normalize
+
+Correct = Callable[[str | None, Prompt], bool]
+
+SUBSET_RULES = {
+    "diverse": "half of the eval prompts of every category x level cell (stratified, fixed by hash)",
+    "hard": "the third of the eval prompts the opponents (the reference models) get wrong most, "
+            "ties broken by how much they disagree",
+    "mix": "diverse + hard",
+}
+
+
+def is_correct(response: str | None, p: Prompt) -> bool:
+    return response is not None and normalize(response) == normalize(p.reference or "")
+
+
+def accuracy(responses: dict[str, str], prompts: list[Prompt], correct: Correct = is_correct
+             ) -> tuple[float, dict[str, float]]:
+    """Overall and per-category accuracy of ``responses`` (by prompt id): exact match, or the
+    run's verifier check (``correct``)."""
+    by_cat: dict[str, list[bool]] = {}
+    for p in prompts:
+        by_cat.setdefault(p.category, []).append(correct(responses.get(p.id), p))
+    total = [x for v in by_cat.values() for x in v]
+    return round(sum(total) / len(total), 4), {c: round(sum(v) / len(v), 4) for c, v in sorted(by_cat.items())}
+
+
+def eval_subsets(eval_split: list[Prompt], reference_answers: dict[str, dict[str, str]],
+                 correct: Correct = is_correct) -> dict[str, list[str]]:
+    """Prompt ids of the ``diverse``, ``hard`` and ``mix`` subsets (see ``SUBSET_RULES``).
+
+    ``reference_answers`` maps each reference model to its answers by prompt id."""
+    cells: dict[tuple[str, int], list[Prompt]] = {}
+    for p in eval_split:
+        cells.setdefault((p.category, p.level), []).append(p)
+    diverse = []
+    for ps in cells.values():
+        ranked = sorted(ps, key=lambda p: stable_id("diverse", p.id))
+        diverse += [p.id for p in ranked[: max(1, len(ranked) // 2)]]
+
+    def hardness(p: Prompt) -> tuple:
+        right = [correct(ans.get(p.id), p) for ans in reference_answers.values()]
+        mean = sum(right) / len(right) if right else 0.0
+        return (-(1 - mean), -(mean * (1 - mean)), -p.level, p.id)
+
+    hard = [p.id for p in sorted(eval_split, key=hardness)[: max(1, len(eval_split) // 3)]]
+    mix = sorted(set(diverse) | set(hard))
+    return {"diverse": sorted(diverse), "hard": sorted(hard), "mix": mix}

@@ -1,0 +1,225 @@
+"""Choosing battles with bandits: which prompts (category x level cells) and which opponents.
+
+A ``Selector`` holds one prompt bandit per target over the cells of the train pool and, per
+target and cell, an opponent bandit over the opponents (the best opponent depends on the
+category: specialists are strong in some and weak in others). With ``opponents: pfsp`` the
+opponent is drawn by prioritized fictitious self-play weights instead.
+
+Rewards (``select.reward``; see docs in ``SelectConfig``):
+
+- ``yield``: 1 when the battle produced a training example (the target lost, so the winner's
+  answer becomes SFT data), else 0 - the flywheel's direct product;
+- ``progress``: |change of the target's score on the arm| since the previous iteration -
+  learning progress, the signal of curriculum learning;
+- ``uncertainty``: p(1 - p) of the target's score p on the arm - battles that are most
+  informative about the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flywheel.ground.config import SelectConfig
+from flywheel.ground.records import (
+    SCORE_A,
+    Battle,
+    BattleSpec,
+    JudgedBattle,
+    PlayerVersion,
+    Prompt,
+    base_name,
+    stable_id,
+    versioned,
+)
+from flywheel.maths.bandits import Bandit, pfsp_weights
+
+REWARDS = ("yield", "progress", "uncertainty")
+# The opponent arm of self-play (select.self_play): an earlier version of the target itself.
+SELF = "self"
+
+
+def arm_of(p: Prompt) -> str:
+    """The selection arm a prompt belongs to: its category x difficulty cell."""
+    return f"{p.category}/L{p.level}"
+
+
+def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
+    """Randomised but reproducible A/B positions for a battle."""
+    return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
+
+
+def opponent_arms(cfg: SelectConfig, opponents: list[str]) -> list[str]:
+    """The opponent arms of a selector: the opponents, and ``self`` with self-play."""
+    return list(opponents) + ([SELF] if cfg.self_play else [])
+
+
+def past_self(version: str, rng: np.random.Generator) -> str:
+    """The opponent the ``self`` arm stands for: a uniformly drawn earlier version of
+    ``version`` (in the first iteration, when there is none, the version itself)."""
+    base, k = PlayerVersion.parse(version)
+    return versioned(base, int(rng.integers(0, k))) if k else version
+
+
+def _seat_a(b: Battle, target: str) -> bool:
+    """Whether ``target`` (a version, or a base name) sits in seat A; an exact version decides
+    a battle of two versions of one target (self-play), else the base name."""
+    if target in (b.model_a, b.model_b):
+        return b.model_a == target
+    return base_name(b.model_a) == base_name(target)
+
+
+def _opponent(b: Battle, target: str) -> str:
+    """The opponent arm of ``target``'s battle (``self`` for a version of the target)."""
+    opp = b.model_b if _seat_a(b, target) else b.model_a
+    return SELF if base_name(opp) == base_name(target) else opp
+
+
+def _score(jb: JudgedBattle, target: str) -> float:
+    a = SCORE_A[jb.winner]
+    return a if _seat_a(jb.battle, target) else 1.0 - a
+
+
+def _plays(b: Battle, target_base: str) -> bool:
+    return target_base in (base_name(b.model_a), base_name(b.model_b))
+
+
+@dataclass
+class Selector:
+    """Bandit state for one target: a prompt bandit and per-cell opponent bandits."""
+
+    cells: list[str]
+    opponents: list[str]
+    prompt: Bandit
+    per_cell: dict[str, Bandit]
+
+    @classmethod
+    def new(cls, cfg: SelectConfig, cells: list[str], opponents: list[str]) -> Selector:
+        prompt = Bandit(cells, cfg.policy, cfg.discount, cfg.window, cfg.exploration)
+        per_cell = {c: Bandit(opponents, cfg.policy, cfg.opponent_discount, 0, cfg.exploration) for c in cells}
+        return cls(cells, opponents, prompt, per_cell)
+
+    def state(self) -> dict[str, Any]:
+        return {"cells": self.cells, "opponents": self.opponents, "prompt": self.prompt.state(),
+                "per_cell": {c: b.state() for c, b in self.per_cell.items()}}
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> Selector:
+        return cls(d["cells"], d["opponents"], Bandit.from_state(d["prompt"]),
+                   {c: Bandit.from_state(b) for c, b in d["per_cell"].items()})
+
+    def choose(self, cfg: SelectConfig, n: int, rng: np.random.Generator,
+               opp_win_rates: dict[str, np.ndarray]) -> list[tuple[str, str]]:
+        """``n`` (cell, opponent) choices for one round."""
+        even = round(n * cfg.prompt_floor)
+        spread = [self.cells[i] for i in np.resize(rng.permutation(len(self.cells)), even)]
+        cells = spread + [self.cells[i] for i in self.prompt.select(n - even, rng)]
+        out = []
+        for c in cells:
+            if cfg.opponents == "pfsp":
+                w = pfsp_weights(opp_win_rates.get(c, np.full(len(self.opponents), 0.5)), cfg.pfsp_mode, cfg.pfsp_power)
+                o = int(rng.choice(len(self.opponents), p=w))
+            elif cfg.opponents == "uniform":
+                o = int(rng.integers(0, len(self.opponents)))
+            else:
+                o = int(self.per_cell[c].select(1, rng)[0])
+            out.append((c, self.opponents[o]))
+        return out
+
+    def update(self, feedback: list[tuple[str, str, float]]) -> None:
+        """One round of (cell, opponent, reward)."""
+        if not feedback:
+            return
+        ci = {c: i for i, c in enumerate(self.cells)}
+        oi = {o: i for i, o in enumerate(self.opponents)}
+        self.prompt.update([ci[c] for c, _, _ in feedback], [r for _, _, r in feedback])
+        by_cell: dict[str, list[tuple[int, float]]] = {}
+        for c, o, r in feedback:
+            by_cell.setdefault(c, []).append((oi[o], r))
+        for c, bandit in self.per_cell.items():
+            pulls = by_cell.get(c, [])
+            bandit.update([p for p, _ in pulls], [r for _, r in pulls])
+
+
+def pick_prompts(pool_by_cell: dict[str, list[Prompt]], choices: list[tuple[str, str]], used: set[str],
+                 rng: np.random.Generator) -> list[Prompt]:
+    """A prompt for each (cell, opponent) choice, unused in this iteration while the cell lasts."""
+    out = []
+    for cell, _ in choices:
+        pool = pool_by_cell[cell]
+        fresh = [p for p in pool if p.id not in used] or pool
+        p = fresh[int(rng.integers(0, len(fresh)))]
+        used.add(p.id)
+        out.append(p)
+    return out
+
+
+def plan_round(
+    selector: Selector, cfg: SelectConfig, pool_by_cell: dict[str, list[Prompt]], target: str, n: int,
+    iteration: int, rnd: int, seed: int, used: set[str], opp_win_rates: dict[str, np.ndarray],
+) -> list[BattleSpec]:
+    """The battles of one selection round for ``target`` (a versioned name, e.g. ``student@1``)."""
+    rng = np.random.default_rng(int(stable_id(seed, iteration, rnd, target), 16) % 2**63)
+    choices = selector.choose(cfg, n, rng, opp_win_rates)
+    prompts = pick_prompts(pool_by_cell, choices, used, rng)
+    specs = []
+    for i, ((cell, opponent), p) in enumerate(zip(choices, prompts)):
+        if opponent == SELF:
+            opponent = past_self(target, rng)
+        key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
+        a, b = seat(key, target, opponent)
+        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell))
+    return specs
+
+
+def feedback(
+    reward: str, judged: Iterable[JudgedBattle], target_base: str, previous_scores: dict[str, float], yielded: set[str] | None = None,
+) -> list[tuple[str, str, float]]:
+    """(cell, opponent, reward) for each judged battle of ``target_base`` (a base name, or the
+    version that played, which tells the seats of a self-play battle) in one round.
+
+    ``yielded``: prompts that already produced a training example this iteration; a repeat
+    yields nothing new (curation keeps one example per prompt), so it earns no yield reward.
+    The set is updated in place."""
+    yielded = set() if yielded is None else yielded
+    rows = [(jb.battle.arm, _opponent(jb.battle, target_base), _score(jb, target_base), jb.battle.prompt)
+            for jb in judged]  # failed battles and invalid verdicts are never joined: no signal
+    if reward == "yield":
+        out = []
+        for c, o, s, prompt in rows:
+            new = s == 0.0 and prompt not in yielded
+            if new:
+                yielded.add(prompt)
+            out.append((c, o, 1.0 if new else 0.0))
+        return out
+    rows = [(c, o, s) for c, o, s, _ in rows]
+    arm_scores: dict[str, list[float]] = {}
+    for c, _, s in rows:
+        arm_scores.setdefault(c, []).append(s)
+    mean = {c: sum(v) / len(v) for c, v in arm_scores.items()}
+    if reward == "uncertainty":
+        return [(c, o, mean[c] * (1 - mean[c]) * 4) for c, o, _ in rows]
+    if reward == "progress":
+        return [(c, o, min(1.0, abs(mean[c] - previous_scores.get(c, 0.5)) * 2)) for c, o, _ in rows]
+    raise ValueError(f"unknown reward {reward!r}; known: {', '.join(REWARDS)}")
+
+
+def arm_scores(judged: Iterable[JudgedBattle], target_base: str) -> dict[str, float]:
+    """The target's mean score per cell over its judged battles."""
+    acc: dict[str, list[float]] = {}
+    for jb in judged:
+        if _plays(jb.battle, target_base):
+            acc.setdefault(jb.battle.arm, []).append(_score(jb, target_base))
+    return {c: sum(v) / len(v) for c, v in acc.items()}
+
+
+def opponent_win_rates(judged: Iterable[JudgedBattle], target_base: str,
+                       cells: list[str], opponents: list[str]) -> dict[str, np.ndarray]:
+    """The target's win rate per cell against each opponent (0.5 where they never met)."""
+    tally: dict[tuple[str, str], list[float]] = {}
+    for jb in judged:
+        tally.setdefault((jb.battle.arm, _opponent(jb.battle, target_base)), []).append(_score(jb, target_base))
+    return {c: np.array([np.mean(tally[(c, o)]) if (c, o) in tally else 0.5 for o in opponents]) for c in cells}

@@ -1,0 +1,287 @@
+"""Read battle logs in the Chatbot Arena layout: ``model_a``, ``model_b``, ``winner``
+(``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), optional ``category``.
+
+JSONL, JSON (a list of records), CSV and Parquet. Every bad row is reported with where it is
+(the line for text formats, the row for Parquet); the caller decides whether to fail or skip.
+Reference rankings (``read_reference``) and a leaderboard's consistency with one live here too.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flywheel.maths.ratings import OUTCOME, Rating
+
+
+@dataclass(frozen=True)
+class ArenaBattle:
+    model_a: str
+    model_b: str
+    winner: str
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class BadRow:
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.reason}"
+
+
+class BattleLogError(ValueError):
+    """The file cannot be read as a battle log at all (format, missing columns)."""
+
+
+def _check(row: Any) -> ArenaBattle | str:
+    if not isinstance(row, dict):
+        return "not an object"
+    missing = [c for c in ("model_a", "model_b", "winner") if row.get(c) in (None, "")]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    a, b, w = row["model_a"], row["model_b"], row["winner"]
+    if not isinstance(a, str) or not isinstance(b, str):
+        return "model_a and model_b must be strings"
+    if not isinstance(w, str) or w not in OUTCOME:
+        return f"winner {w!r} is not one of {', '.join(OUTCOME)}"
+    if a.strip() == b.strip():
+        return f"a model cannot battle itself ({a!r})"
+    cat = row.get("category")
+    return ArenaBattle(a, b, w, None if cat in (None, "") else str(cat))
+
+
+def _json_records(text: str) -> list[tuple[int, Any]]:
+    """(line, record) for each element of a top-level JSON array, with the line it starts on."""
+    dec = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if not text[i:].startswith("["):
+        raise BattleLogError("a JSON battle log must be a list of records")
+    i += 1
+    out = []
+    line, counted = 1, 0  # the line at ``counted``: newlines are counted once, as the scan moves on
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text):
+            raise BattleLogError("the JSON list is not closed")
+        if text[i] == "]":
+            return out
+        line, counted = line + text.count("\n", counted, i), i
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise BattleLogError(f"line {line + text.count(chr(10), counted, e.pos)}: invalid JSON: {e.msg}") from None
+        out.append((line, obj))
+
+
+def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
+    """All good battles and all bad rows of a battle log; the format follows the extension."""
+    path = Path(path)
+    if not path.is_file():
+        raise BattleLogError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    try:
+        rows = _rows(path, suffix)
+    except BattleLogError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:  # pyarrow's errors are ValueErrors/OSErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise BattleLogError(f"{path}: cannot be read as {suffix.lstrip('.') or 'a battle log'}: {first}") from None
+    good: list[ArenaBattle] = []
+    bad: list[BadRow] = []
+    for where, row in rows:
+        checked = _check(row) if not isinstance(row, str) else row
+        if isinstance(checked, str):
+            bad.append(BadRow(where, checked))
+        else:
+            good.append(checked)
+    return good, bad
+
+
+@dataclass(frozen=True)
+class BattleColumns:
+    """A battle log's good rows as columns: pandas Series (arrow-backed strings where the file
+    was read by the fast path), what ``flywheel.maths.leaderboard.rate`` reads fastest."""
+
+    model_a: Any
+    model_b: Any
+    winner: Any
+    category: Any  # str or None per row
+
+    def __len__(self) -> int:
+        return len(self.winner)
+
+    def by_category(self) -> dict[str, BattleColumns]:
+        """One ``BattleColumns`` per category (rows without one under ``(none)``), sorted by name."""
+        cats = self.category.fillna("(none)")
+        out = {}
+        for name in sorted(set(cats.unique())):
+            keep = (cats == name).to_numpy()
+            out[name] = BattleColumns(*(c[keep].reset_index(drop=True) for c in
+                                        (self.model_a, self.model_b, self.winner, self.category)))
+        return out
+
+
+def read_battle_columns(path: str | Path) -> tuple[BattleColumns, list[BadRow]]:
+    """``read_battles`` as columns. A Parquet log whose every row is good is checked column-wise
+    (seconds faster on a million rows); any doubt (a bad row, another type) falls back to the
+    row-by-row reader, so the battles and the bad rows are exactly ``read_battles``'s."""
+    import pandas as pd
+
+    path = Path(path)
+    fast = _parquet_columns(path) if path.suffix.lower() in (".parquet", ".pq") and path.is_file() else None
+    if fast is not None:
+        return fast, []
+    good, bad = read_battles(path)
+    frame = pd.DataFrame([(b.model_a, b.model_b, b.winner, b.category) for b in good],
+                         columns=["model_a", "model_b", "winner", "category"], dtype=object)
+    return BattleColumns(frame["model_a"], frame["model_b"], frame["winner"], frame["category"]), bad
+
+
+def _parquet_columns(path: Path) -> BattleColumns | None:
+    """The log's columns if every row passes ``_check`` (tested column-wise), else None."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (OSError, ValueError):
+        return None  # the row-by-row reader says why
+    names = ("model_a", "model_b", "winner")
+    if not set(names) <= set(table.column_names) or table.num_rows == 0:
+        return None
+    text = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)  # noqa: E731
+    for i, field in enumerate(table.schema):  # pandas categoricals are stored dictionary-encoded
+        if pa.types.is_dictionary(field.type) and text(field.type.value_type):
+            table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
+    category = table.column("category") if "category" in table.column_names else None
+    if not all(text(table.column(c).type) for c in names) or (
+            category is not None and not (text(category.type) or pa.types.is_null(category.type))):
+        return None
+    a, b, w = (table.column(c) for c in names)
+    if any(c.null_count for c in (a, b, w)) or any(pc.any(pc.equal(c, "")).as_py() for c in (a, b, w)):
+        return None  # a missing value: bad rows
+    if not pc.all(pc.is_in(w, value_set=pa.array(list(OUTCOME)))).as_py():
+        return None
+    pairs = pa.table({"a": a, "b": b}).group_by(["a", "b"]).aggregate([])  # distinct pairs: _check's rule
+    if any(x.strip() == y.strip() for x, y in zip(pairs.column("a").to_pylist(), pairs.column("b").to_pylist())):
+        return None
+    if category is None or pa.types.is_null(category.type):
+        category = pa.nulls(table.num_rows, pa.string())
+    else:  # "" is no category, as in _check
+        category = pc.if_else(pc.equal(category, ""), pa.scalar(None, category.type), category)
+    arrow_str = pd.StringDtype("pyarrow")  # pandas' arrow-backed strings: no copy into Python objects
+    series = [c.to_pandas(types_mapper={pa.string(): arrow_str, pa.large_string(): arrow_str}.get)
+              for c in (a, b, w, category)]
+    return BattleColumns(*series)
+
+
+def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
+    """(where, row or the reason it is bad) of every row, by the file's format."""
+    rows: list[tuple[str, Any]] = []
+    if suffix in (".jsonl", ".ndjson"):
+        for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((f"line {n}", json.loads(line)))
+            except json.JSONDecodeError as e:
+                rows.append((f"line {n}", f"invalid JSON: {e.msg}"))
+    elif suffix == ".json":
+        try:
+            rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8-sig"))]
+        except BattleLogError as e:
+            raise BattleLogError(f"{path}: {e}") from None
+    elif suffix in (".csv", ".tsv"):
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+            cols = set(reader.fieldnames or [])
+            if not {"model_a", "model_b", "winner"} <= cols:
+                raise BattleLogError(f"{path}: the header needs model_a, model_b and winner (has {sorted(cols)})")
+            start = 2
+            for row in reader:
+                rows.append((f"line {start}", dict(row)))
+                start = reader.line_num + 1
+    elif suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        if not {"model_a", "model_b", "winner"} <= set(table.column_names):
+            raise BattleLogError(f"{path}: needs columns model_a, model_b and winner (has {table.column_names})")
+        rows = [(f"row {n}", r) for n, r in enumerate(table.to_pylist(), 1)]
+    else:
+        raise BattleLogError(f"{path}: unknown format {suffix!r}; use .jsonl, .json, .csv or .parquet")
+    return rows
+
+
+def read_reference(path: str | Path) -> dict[str, float]:
+    """A reference ranking: JSON (``{model: score}`` or a list of ``{model, rating|score}``) or a
+    CSV with ``model`` and ``rating`` (or ``score``) columns. Higher is better."""
+    path = Path(path)
+    if not path.is_file():
+        raise BattleLogError(f"{path}: no such file")
+    if path.suffix.lower() == ".json":
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        if isinstance(data, dict):
+            return {str(k): float(v) for k, v in data.items()}
+        records = data
+    else:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            records = list(csv.DictReader(f))
+    out = {}
+    for n, r in enumerate(records, 1):
+        key = "rating" if "rating" in r else "score" if "score" in r else None
+        if "model" not in r or key is None:
+            raise BattleLogError(f"{path}: record {n} needs 'model' and 'rating' (or 'score')")
+        out[str(r["model"])] = float(r[key])
+    return out
+
+
+# -- consistency with a reference ranking -----------------------------------------------------
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    for v in np.unique(x):  # average ranks for ties
+        ranks[x == v] = ranks[x == v].mean()
+    return ranks
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    rx, ry = _ranks(np.asarray(x, float)), _ranks(np.asarray(y, float))
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def consistency(ratings: list[Rating], reference: dict[str, float]) -> dict:
+    """Arena-Hard-style agreement with a reference ranking (higher reference score = better).
+
+    - ``spearman``: rank correlation over the models both rank;
+    - ``separability``: share of model pairs whose CIs do not overlap;
+    - ``agreement``: among those separable pairs, the share ordered as the reference orders them.
+    """
+    common = [r for r in ratings if r.model in reference]
+    if len(common) < 2:
+        raise ValueError("the reference shares fewer than 2 models with these ratings")
+    pairs = [(p, q) for i, p in enumerate(common) for q in common[i + 1 :]]
+    separable = [(p, q) for p, q in pairs if p.lower > q.upper or q.lower > p.upper]
+    agree = [(p, q) for p, q in separable
+             if (p.rating - q.rating) * (reference[p.model] - reference[q.model]) > 0]
+    return {
+        "models": len(common),
+        "spearman": round(spearman([r.rating for r in common], [reference[r.model] for r in common]), 4),
+        "separability": round(len(separable) / len(pairs), 4),
+        "agreement": round(len(agree) / len(separable), 4) if separable else None,
+        "missing_from_reference": sorted(r.model for r in ratings if r.model not in reference),
+    }

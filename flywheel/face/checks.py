@@ -1,0 +1,88 @@
+"""Everything about a config that can be checked before a run directory exists (``flywheel check``,
+and ``flywheel run`` before it writes anything): each problem is one line naming the player or
+field, never a traceback halfway through a run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flywheel.ground.chat import template_of
+from flywheel.ground.config import FlywheelConfig, PlayerConfig
+from flywheel.players.registry import resolve
+from flywheel.worlds.realmodels import KNOWN
+from flywheel.worlds.world import world_pools
+from judges.llm import load_template
+from judges.verifier import load_callable
+
+API_KINDS = ("openai", "anthropic")
+LOCAL_KINDS = ("transformers", "vllm")
+
+
+def players(cfg: FlywheelConfig) -> list[tuple[str, PlayerConfig]]:
+    """(field path, player) of every player a run builds: targets, opponents and judge models."""
+    out = [(f"targets.{i}", p) for i, p in enumerate(cfg.targets)]
+    out += [(f"opponents.{i}", p) for i, p in enumerate(cfg.opponents)]
+    if cfg.judge.player is not None and cfg.judge.kind in ("llm", "hybrid"):
+        out.append(("judge.player", cfg.judge.player))
+    if cfg.judge.kind == "panel":
+        out += [(f"judge.panel.{i}", p) for i, p in enumerate(cfg.judge.panel)]
+    return out
+
+
+def player_problems(where: str, pc: PlayerConfig) -> list[str]:
+    """Its kind resolves to a class, its API key is in the environment, its local weights exist
+    (a hub id, ``org/name``, is left to the loader) and, with ``chat: on``, have a chat template."""
+    name = f"{where} ({pc.name})"
+    try:
+        resolve(pc.kind)
+    except ValueError as e:
+        return [f"{name}: {e}"]
+    out = []
+    key = pc.api_key_env or ("ANTHROPIC_API_KEY" if pc.kind == "anthropic" else None)
+    if pc.kind in API_KINDS and key is None and not pc.base_urls:
+        out.append(f"{name}: set api_key_env to the environment variable that holds the key")
+    elif key is not None and not os.environ.get(key):
+        out.append(f"{name}: environment variable {key} (api_key_env) is not set")
+    if pc.path:  # local weights: a local player's, or the training base of a served target
+        path = Path(pc.path)
+        if not path.exists():
+            if pc.path.count("/") != 1 or pc.path.startswith((".", "/", "~")):  # not org/name on the hub
+                hint = f" (make it: flywheel models add {path.name})" if path.name in KNOWN else ""
+                out.append(f"{name}: path {pc.path} does not exist{hint}")
+        elif pc.kind in LOCAL_KINDS and pc.chat == "on" and template_of(path) is None:
+            out.append(f"{name}: chat is 'on' but {pc.path} has no chat template (set chat: auto to ask it in raw text)")
+    return out
+
+
+def template_problems(cfg: FlywheelConfig) -> list[str]:
+    """The judge template (a built-in name or a file) loads, and ``aggregate: mean`` has a scores
+    template. The judges own templates; the config models only hold the name."""
+    try:
+        _, fmt = load_template(cfg.judge.template)
+    except ValueError as e:
+        return [f"judge.template: {e}"]
+    if cfg.judge.kind == "panel" and cfg.judge.aggregate == "mean" and fmt != "scores":
+        return ["judge.aggregate: mean needs a scores template (judge.template, e.g. wizardarena)"]
+    return []
+
+
+def problems(cfg: FlywheelConfig) -> list[str]:
+    """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
+    out = [line for where, pc in players(cfg) for line in player_problems(where, pc)]
+
+    functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
+                 "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}
+    out += template_problems(cfg)
+    for field, spec in functions.items():
+        if spec:
+            try:
+                load_callable(spec)
+            except ValueError as e:
+                out.append(f"{field}: {e}")
+    if cfg.world.prompt_pools:
+        try:
+            world_pools(cfg.world)
+        except (OSError, ValueError) as e:
+            out.append(str(e))
+    return out

@@ -1,0 +1,331 @@
+"""The ``flywheel`` command: run, bootstrap, elo."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from flywheel.face import queries
+from flywheel.face.battlelog import BattleLogError, consistency, read_reference
+from flywheel.face.checks import problems
+from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
+from flywheel.face.cli_rate import rate_cmd
+from flywheel.face.queries import result_text
+from flywheel.ground import interrupt, reports
+from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
+from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.store import RunLockedError, RunStore
+from flywheel.maths.ratings import Rating
+from judges.guard import JudgeGuardError
+
+# Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
+# still override each of them. Offline mode is not forced here (a hub model id in `path:` must
+# work): the Makefile and the tests set HF_HUB_OFFLINE themselves.
+QUIET_ENV = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel",
+    # The temporary local Prefect server may start slowly on a busy 2-core machine (default 20 s).
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TOKENIZERS_PARALLELISM": "false",
+    "DO_NOT_TRACK": "1",
+}
+
+app = typer.Typer(no_args_is_help=True, help="Bandit-driven Arena Learning flywheel. Exit codes: 0 done, 1 a failure "
+                  "while working (a judge the guard stopped, a conversion that failed), 2 a usage or config error "
+                  "(arguments, config fields, unreadable input files), 75 the run directory is in use by another "
+                  "process (try again later).")
+app.add_typer(data_app, name="data")
+app.add_typer(models_app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        import importlib.metadata
+
+        typer.echo(f"flywheel {importlib.metadata.version('flywheel')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Bandit-driven Arena Learning flywheel."""
+
+
+@app.command()
+def run(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+    resume: Annotated[Optional[Path], typer.Option(help="Continue this killed or finished run.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON object: run_dir, summary, config "
+                                          "(paths), iterations (completed), instead of the report.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print Prefect's flow and task states and "
+                                          "the trainer's logs.")] = False,
+) -> None:
+    """Run the flywheel: baseline evaluation, then the configured iterations."""
+    _console(verbose)
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    if resume is not None and not (resume / "config.yaml").is_file():
+        fail(f"--resume {resume}: not a run directory (no config.yaml)")
+    _refuse_problems(load_config(resume / "config.yaml") if resume is not None else cfg)
+    if resume is not None:  # in use: say so at once, before Prefect starts (the flow checks again)
+
+        probe = RunStore(resume)
+        try:
+            probe.lock()
+        except RunLockedError as e:
+            fail(str(e), IN_USE)
+        probe.unlock()
+    import logging
+
+    from flows.flywheel_flow import run_flywheel  # lazy: Prefect and torch, only for a run
+
+    # stage progress (pre-training, battles, judgments, training); -v: also each player's generation counts
+    logging.getLogger("flywheel").setLevel(logging.DEBUG if verbose else logging.INFO)
+    interrupt.stop_at_once()  # Ctrl-C and SIGTERM stop at once, with the --resume command
+    interrupt.watch_children()  # and a kill -9 of this process alone leaves no server behind
+    try:
+        run_dir = Path(run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None))
+    except RunLockedError as e:
+        fail(str(e), IN_USE)
+    except FileExistsError as e:
+        fail(str(e))
+    except JudgeGuardError as e:
+        fail(str(e), RUNTIME)
+    if as_json:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        typer.echo(json.dumps({"run_dir": str(run_dir.resolve()), "summary": str((run_dir / "summary.json").resolve()),
+                               "config": str((run_dir / "config.yaml").resolve()),
+                               "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
+        return
+    _print_result(run_dir)
+
+
+def _console(verbose: bool) -> None:
+    """By default the console shows the stage progress, the leaderboard and the summary tables;
+    Prefect's flow- and task-run lines (state changes, and the traceback of a failure the CLI
+    reports in one line) still reach the Prefect server and UI, not the console. ``-v`` shows them
+    and the trainer's log dicts. Set before Prefect sets up its logging."""
+    if verbose:
+        os.environ["FLYWHEEL_TRAINER_LOGS"] = "1"
+        return
+    for logger in ("FLOW_RUNS", "TASK_RUNS"):
+        os.environ.setdefault(f"PREFECT_LOGGING_LOGGERS_PREFECT_{logger}_LEVEL", "CRITICAL")
+
+
+def _refuse_problems(cfg) -> None:
+    """Stop before anything is written if the config cannot run: one ``error:`` line per problem."""
+    found = problems(cfg)
+    if found:
+        fail("\nerror: ".join(found))
+
+
+@app.command()
+def check(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+) -> None:
+    """Check a config without running it: fields, player kinds, API keys, model paths, chat
+    templates, judge functions and prompt pools. Exit 0 when it is ready to run, 2 otherwise."""
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    _refuse_problems(cfg)
+    typer.echo(f"ok: {config or 'the embedded default'} is ready to run")
+
+
+def _print_result(run_dir: Path) -> None:
+    typer.echo(result_text(run_dir))
+
+
+@app.command(name="bootstrap")
+def bootstrap_cmd(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+    force: Annotated[bool, typer.Option(help="Rebuild models that already exist.")] = False,
+) -> None:
+    """Build and pre-train the embedded world's tiny models (deterministic under world.seed)."""
+    import logging
+
+    from flywheel.worlds.tinymodels import bootstrap  # lazy: torch
+
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    made = bootstrap(cfg.world, force=force)
+    typer.echo(f"{len(made)} model(s) built under {cfg.world.models_dir}")
+
+
+app.command(name="rate")(rate_cmd)  # flywheel rate: any battle log (cli_rate.py)
+
+
+@app.command()
+def elo(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
+    history: Annotated[bool, typer.Option("--history", help="Every model version's Elo per iteration.")] = False,
+    by: Annotated[Optional[Literal["category"]], typer.Option("--by", help="One leaderboard per category.")] = None,
+    subset: Annotated[Optional[Literal["diverse", "hard", "mix", "all"]], typer.Option(
+        help="Eval subset (WizardArena's; all: each and the whole).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: Elo history with CI bands, win-rate heatmap.")] = None,
+    reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
+) -> None:
+    """A run's eval leaderboard (latest by default)."""
+    refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference)
+
+    try:
+        last, rows = queries.latest_board(run_dir)
+    except queries.QueryError as e:
+        fail(str(e))
+    if reference is not None:
+        try:
+            cons = consistency([Rating(**{k: r[k] for k in Rating.__dataclass_fields__}) for r in rows],
+                               read_reference(reference))
+        except (BattleLogError, ValueError) as e:
+            fail(str(e))
+        typer.echo(json.dumps(cons, indent=2) if format == "json" else "consistency with the reference: " + json.dumps(cons))
+        return
+    if plot is not None:
+        try:
+            queries.plot(run_dir, plot)
+        except RuntimeError as e:  # matplotlib is an extra
+            fail(str(e), RUNTIME)
+        typer.echo(f"wrote {plot}")
+        return
+    if history:
+        typer.echo(reports.render(queries.history_rows(run_dir), format, reports.HISTORY_COLUMNS))
+        return
+    if by is not None:
+        typer.echo(reports.render_sections(queries.category_boards(run_dir), format))
+        return
+    if subset is not None:
+        boards = queries.subset_boards(run_dir, last)
+        if subset == "all":
+            typer.echo(reports.render_sections({**boards, "all": rows}, format, key="subset"))
+            return
+        if subset not in boards:
+            fail(f"--subset {subset!r}: expected one of {', '.join(sorted(boards)) or '(none recorded)'} or all")
+        rows = boards[subset]
+    typer.echo(reports.render(rows, format))
+
+
+@app.command()
+def arms(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    iteration: Annotated[Optional[int], typer.Option(help="Iteration (default: the latest).")] = None,
+    format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
+) -> None:
+    """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
+    try:
+        k, policy, sections = queries.arms_report(run_dir, iteration)
+    except queries.QueryError as e:
+        fail(str(e))
+    typer.echo(f"iteration {k}, policy {policy}", err=True)
+    cols = ("arm", "battles", "share", "pulls", "effective_pulls", "value")
+    typer.echo(reports.render_sections(sections, format, key="target", columns=cols))
+
+
+@app.command()
+def schedule(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    cron: Annotated[Optional[str], typer.Option(help='Cron schedule, e.g. "0 3 * * *".')] = None,
+    interval: Annotated[Optional[float], typer.Option(min=1, help="Run every this many seconds.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+    name: Annotated[str, typer.Option(help="Deployment name.")] = "flywheel",
+    work_pool: Annotated[Optional[str], typer.Option(help="Register the deployment with this work pool "
+                                                     "(served by `prefect worker start`) instead of serving it here.")] = None,
+) -> None:
+    """Create a Prefect deployment of the flywheel on a schedule and serve it (needs a Prefect
+    server: PREFECT_API_URL). Each trigger adds one iteration to the run (schedule.mode continue)
+    or starts a fresh run (schedule.mode fresh)."""
+    if (cron is None) == (interval is None):
+        fail("give exactly one of --cron or --interval")
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    if cron is not None:
+        from prefect.client.schemas.schedules import CronSchedule
+
+        try:
+            CronSchedule(cron=cron)
+        except ValueError as e:
+            fail(f"--cron {cron!r}: {e}")
+    import logging
+
+    from flows.flywheel_flow import scheduled_flywheel  # lazy: Prefect and torch
+
+    logging.getLogger("flywheel").setLevel(logging.INFO)
+    cfg.run.root = str(Path(cfg.run.root).resolve())  # triggers run in other processes and folders
+    cfg.world.models_dir = str(Path(cfg.world.models_dir).resolve())
+    params = {"config": cfg.model_dump(mode="json")}
+    when = {"cron": cron} if cron is not None else {"interval": interval}
+    if work_pool is not None:
+        from prefect import Flow
+
+        source = Path(__file__).resolve().parents[1]
+        flow = Flow.from_source(source=str(source), entrypoint="flows/flywheel_flow.py:scheduled_flywheel")
+        from prefect.client.schemas.objects import ConcurrencyLimitConfig
+
+        # one run of the deployment at a time; a trigger that comes while one runs waits its turn
+        dep_id = flow.deploy(name, work_pool_name=work_pool, parameters=params, build=False, push=False,
+                             print_next_steps=False, **when,
+                             concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy="ENQUEUE"),
+                             # the worker's flow runs send the stage logs (logger "flywheel") to the UI
+                             job_variables={"env": {"PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel"}})
+        typer.echo(f"deployment flywheel-scheduled/{name} ({dep_id}) registered with work pool {work_pool}; "
+                   f"start a worker: prefect worker start --pool {work_pool}")
+        return
+    from prefect.deployments.runner import EntrypointType
+
+    typer.echo(f"serving deployment flywheel-scheduled/{name} ({'cron ' + cron if cron else f'every {interval:g} s'}); "
+               "Ctrl-C stops it")
+    scheduled_flywheel.serve(name=name, parameters=params, limit=1, entrypoint_type=EntrypointType.MODULE_PATH, **when)
+
+
+def main() -> None:
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as e:
+        damaged = damaged_file(e)
+        if damaged is None:
+            raise
+        sys.stderr.write(f"error: {damaged}\n")
+        sys.exit(USAGE)
+
+
+def damaged_file(e: BaseException) -> str | None:
+    """A one-line message for a file on disk that cannot be read (``DamagedFileError``: a run's JSON
+    file, a checkpoint's weights; or a Parquet file, which pyarrow names), or None for any other error."""
+    pa = sys.modules.get("pyarrow")
+    while e is not None:
+        if isinstance(e, DamagedFileError):
+            return " ".join(str(e).split())
+        if pa is not None and isinstance(e, pa.ArrowInvalid) and "Parquet" in str(e):
+            return f"{' '.join(str(e).split())} ({DAMAGED_HINT})"
+        e = e.__cause__ or e.__context__
+    return None
+
+
+if __name__ == "__main__":
+    main()

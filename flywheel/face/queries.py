@@ -1,0 +1,93 @@
+"""Read-only queries over a run directory, as the CLI prints them: leaderboards (latest, history,
+subsets, categories), where the battles went, plots and the end-of-run report. Nothing here
+writes into the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flywheel.face.plots import plot_run
+from flywheel.ground import reports
+from flywheel.ground.atomic import read_json
+from flywheel.ground.config_io import load_config
+from flywheel.ground.store import RunStore, iter_name
+from flywheel.maths.leaderboard import category_boards as boards
+from flywheel.maths.leaderboard import columns, rate
+
+
+class QueryError(ValueError):
+    """The run directory does not have what the query asks for."""
+
+
+def latest_board(run_dir: Path) -> tuple[int, list[dict[str, Any]]]:
+    """The newest iteration's eval leaderboard rows."""
+    store = RunStore(run_dir)
+    done = store.leaderboard_iterations()
+    if not done:
+        raise QueryError(f"{run_dir}: no ratings yet (is it a run directory?)")
+    return done[-1], read_json(store.ratings_path(f"{iter_name(done[-1])}.json"))
+
+
+def history_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """Every model version's Elo per iteration."""
+    hist = read_json(RunStore(run_dir).ratings_path("history.json"), {})
+    return [{"iteration": int(k), **r} for k in sorted(hist, key=int) for r in hist[k]]
+
+
+def subset_boards(run_dir: Path, k: int) -> dict[str, list[dict[str, Any]]]:
+    """Iteration ``k``'s leaderboards on the eval subsets (diverse, hard, mix)."""
+    return read_json(RunStore(run_dir).ratings_path(f"{iter_name(k)}-subsets.json"), {})
+
+
+def category_boards(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Eval leaderboards per task category, over all of a run's eval battles."""
+    cfg = load_config(Path(run_dir) / "config.yaml")
+    return boards(RunStore(run_dir).judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
+
+
+def arms_report(run_dir: Path, iteration: int | None) -> tuple[int, str, dict[str, list[dict[str, Any]]]]:
+    """(iteration, policy, per target its prompt arms by share) from summary.json's bandit record."""
+    store = RunStore(run_dir)
+    entries = [e for e in (read_json(store.summary_path) or {}).get("iterations", []) if e.get("bandit")]
+    if iteration is not None:
+        entries = [e for e in entries if e["iteration"] == iteration]
+    if not entries:
+        raise QueryError(f"{run_dir}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
+    e = entries[-1]
+    policy = (store.stage_json(e["iteration"], "select-r1") or {}).get("policy", "?")
+    return e["iteration"], policy, {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()}
+
+
+def plot(run_dir: Path, out: Path) -> None:
+    """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
+    store = RunStore(run_dir)
+    summary = read_json(store.summary_path, {})
+    rep = rate(*columns(store.judged(None, "eval")), rounds=0)
+    plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), rep.models, rep.win_rate, out)
+
+
+def result_text(run_dir: Path) -> str:
+    """What ``flywheel run`` prints at the end: leaderboard, progress, categories, allocation,
+    judge diagnostics and usage."""
+    store = RunStore(run_dir)
+    summary = read_json(store.summary_path, {})
+    last = summary["iterations"][-1]["iteration"]
+    rows = read_json(store.ratings_path(f"{iter_name(last)}.json"), [])
+    parts = [f"\nrun directory: {run_dir}",
+             f"\nEval leaderboard after iteration {last} (Bradley-Terry Elo, 95% CI):\n",
+             reports.text_table(rows, reports.columns_for(rows)),
+             "\nTarget progress on the held-out eval split:\n", reports.progress_table(summary),
+             "\nEval accuracy by category: every target version next to every opponent:\n",
+             reports.category_table(summary)]
+    games = reports.games_table(summary)
+    if games:
+        parts[-2:] = ["\nGames against each opponent on the held-out eval positions (validation_wd: win-or-draw "
+                      "on the validation positions):\n", games]
+    if len(summary.get("targets", [])) > 1:
+        parts += ["\nCompute allocation for the next iteration (ModelArena):\n", reports.allocation_lines(summary)]
+    parts += ["\nJudge diagnostics per iteration:\n", reports.judge_lines(summary)]
+    usage = reports.usage_lines(summary)
+    if usage:
+        parts += ["\nUsage over the run (API calls, tokens, cost):\n", usage]
+    return "\n".join(parts)

@@ -1,0 +1,369 @@
+"""One config tree for the whole flywheel: a pydantic model per section, every field with a
+default and a description (``config_parts`` holds the players' and the judge's). Loading it from
+YAML, with overrides, is ``config_io``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
+
+# The embedded task suite's categories, named here so that the config stands alone;
+# flywheel.worlds.tasks.GENERATORS makes the prompts of each (a test keeps the two in step).
+CATEGORIES: tuple[str, ...] = ("add", "sub", "mul", "rev", "sort", "count")
+
+
+class RunConfig(Strict):
+    name: str | None = Field(None, description="Run id (directory name); default: a timestamp.")
+    root: Path = Field(Path("data/runs"), description="Directory that holds run directories.")
+    iterations: int = Field(4, ge=1, le=1000, description="Flywheel iterations after the baseline.")
+    seed: int = Field(0, description="Seed for selection, seating, training and bootstraps.")
+    shard_size: int = Field(500, ge=1, description="Battles per log shard (the unit a kill can lose).")
+    cache_dir: Path | None = Field(None, description="Generation cache shared by runs (e.g. data/cache), so a "
+                                   "repeated run does not pay twice; default: the run's own cache/. Share it only "
+                                   "while models at a path do not change.")
+    task_runner: Literal["default", "dask", "ray"] = Field(
+        "default", description="Where mapped battle and judgment shards run: Prefect's thread pool, a Dask "
+        "cluster (prefect-dask) or a Ray cluster (prefect-ray).")
+    runner_address: str | None = Field(None, description="Address of an existing Dask scheduler or Ray cluster; "
+                                       "unset: dask starts a local cluster, ray a local instance.")
+    workers: int = Field(1, ge=1, description="Shards at once: threads (default runner) or local Dask worker "
+                         "processes. Threads help API players; local models take turns in one process.")
+
+
+class TaskSuiteConfig(Strict):
+    categories: list[str] = Field(list(CATEGORIES), min_length=1, description="Task categories.")
+    levels: list[int] = Field([1, 2, 3], min_length=1, description="Difficulty levels (1-3).")
+    train_per_cell: int = Field(250, ge=1, description="Train-pool prompts per category x level.")
+    eval_per_cell: int = Field(20, ge=1, description="Held-out eval prompts per category x level (reported only; "
+                               "nothing that steers a run reads them).")
+    val_per_cell: int = Field(10, ge=1, description="Validation prompts per category x level, taken out of the train "
+                              "pool: what steers a run (allocation signals, merge weights) reads them.")
+    seed: int = Field(1234, description="Seed of the suite; fixed so every run sees one split.")
+
+    @model_validator(mode="after")
+    def _known(self) -> TaskSuiteConfig:
+        unknown = [c for c in self.categories if c not in CATEGORIES]
+        if unknown:
+            raise ValueError(f"unknown categories {unknown}; known: {list(CATEGORIES)}")
+        if any(lv not in (1, 2, 3) for lv in self.levels):
+            raise ValueError("levels must be among 1, 2, 3")
+        return self
+
+
+class ModelSpec(Strict):
+    """A tiny character-level GPT that ``flywheel bootstrap`` builds and pre-trains."""
+
+    name: str = Field(..., description="Model name; saved under world.models_dir/<name>.")
+    categories: list[str] = Field(list(CATEGORIES), description="Categories in its pre-training.")
+    steps: int = Field(800, ge=0, description="Pre-training steps.")
+    n_layer: int = Field(2, ge=1, description="Transformer blocks.")
+    n_embd: int = Field(64, ge=8, description="Hidden size (a multiple of n_head).")
+    n_head: int = Field(4, ge=1, description="Attention heads.")
+    learning_rate: float = Field(3e-3, gt=0, description="Peak AdamW learning rate.")
+
+
+def _default_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(name="student", steps=200),
+        ModelSpec(name="calc", categories=["add", "sub", "mul"], steps=3000),
+        ModelSpec(name="scribe", categories=["rev", "sort", "count"], steps=900),
+        ModelSpec(name="generalist", steps=1500),
+    ]
+
+
+class PromptPoolConfig(Strict):
+    """A user prompt pool (see flywheel/worlds/prompts.py), added to the train pool."""
+
+    path: Path = Field(..., description="JSONL, JSON, CSV or Parquet file.")
+    layout: Literal["auto", "alpaca", "sharegpt", "arena-hard", "plain"] = Field(
+        "auto", description="Row layout; auto tells them apart by their fields.")
+    category: str = Field("user", description="Category of rows that name none (their selection arm).")
+    skip_bad: bool = Field(False, description="Skip unreadable rows (and report them) instead of failing.")
+
+
+class GamesConfig(Strict):
+    """The games world (``world.kind: games``; see flywheel/games/ and worlds/game_pools.py): start positions and rules of play."""
+
+    games: list[Literal["tictactoe", "connect4"]] = Field(["tictactoe"], min_length=1, description="Games played "
+                                                          "(the world's categories).")
+    openings: list[int] = Field([1, 2, 3], min_length=1, description="Random opening moves before a battle starts "
+                                "(the world's levels): more gives more distinct start positions.")
+    train_per_cell: int = Field(200, ge=1, description="Train start positions per game x opening.")
+    eval_per_cell: int = Field(30, ge=1, description="Held-out eval start positions per game x opening (reported only).")
+    val_per_cell: int = Field(15, ge=1, description="Validation start positions per game x opening, taken out of "
+                              "train: what steers a run reads them.")
+    max_illegal: int = Field(2, ge=0, description="Re-asks after an answer that names no legal move; then the "
+                             "move is a forfeit (a recorded loss).")
+    prompt: Literal["terse", "verbose"] = Field("terse", description="How a position is shown: terse "
+                                                "(ttt x-o------ o=, the project's character-level models) or "
+                                                "verbose (a described board, for instruct LLMs).")
+    symmetries: bool = Field(False, description="Also learn each SFT example and DPO pair in every rotation and "
+                             "reflection of its board (tic-tac-toe's 8, Connect Four's mirror): the rules are the "
+                             "same there. Images that are eval or validation start positions are dropped.")
+    missed_moves: bool = Field(False, description="Where a target lost, also learn its last move as it should have "
+                               "been: the win it missed, else the cell the winner then won on (a block). SFT and "
+                               "DPO rows whose source is 'rules'.")
+    tactics: bool = Field(False, description="Also learn every move a target made in any game it played (won, "
+                          "drawn or lost) where it left a win untaken or the other side's only threat unblocked, "
+                          "as the rules correct it: SFT and DPO rows whose source is 'rules'.")
+    pretrain_examples: int = Field(4000, ge=1, description="Tiny game models: (position, random legal move) "
+                                   "pre-training examples (they learn the format, not the game).")
+    seed: int = Field(1234, description="Seed of the start positions.")
+
+    @field_validator("openings")
+    @classmethod
+    def _openings(cls, v: list[int]) -> list[int]:
+        if any(n < 0 or n > 8 for n in v):
+            raise ValueError("openings must be between 0 and 8 moves")
+        return v
+
+
+class WorldConfig(Strict):
+    kind: Literal["tasks", "games"] = Field("tasks", description="tasks: the verifiable task suite (and prompt "
+                                            "pools); games: symmetric games played move by move (world.games).")
+    games: GamesConfig = Field(default_factory=GamesConfig)
+    models_dir: Path = Field(Path("data/models"), description="Where bootstrapped models live.")
+    tasks: TaskSuiteConfig = Field(default_factory=TaskSuiteConfig)
+    prompt_pools: list[PromptPoolConfig] = Field([], description="User prompt pools added to the train pool "
+                                                 "(deduplicated, and never an eval prompt).")
+    models: list[ModelSpec] = Field(default_factory=_default_models, description="Tiny models.")
+    batch_size: int = Field(64, ge=1, description="Pre-training batch size.")
+    seed: int = Field(0, description="Pre-training seed (weights and data order).")
+
+
+class SelectConfig(Strict):
+    """How the flywheel chooses its training battles (see flywheel/arena/selection.py)."""
+
+    policy: Literal["uniform", "ucb", "thompson", "gaussian", "exp3"] = Field(
+        "thompson", description="Bandit policy for prompt cells and per-cell opponents.")
+    opponents: Literal["bandit", "pfsp", "uniform"] = Field(
+        "bandit", description="Opponent choice: a per-cell bandit, PFSP weights, or uniform.")
+    reward: Literal["yield", "progress", "uncertainty"] = Field(
+        "yield", description="Bandit reward: training-data yield, |learning progress|, or p(1-p).")
+    battles_per_iteration: int = Field(4000, ge=1, description="Train battles per target.")
+    rounds: int = Field(4, ge=1, description="Selection rounds per iteration (the bandit learns between them).")
+    discount: float = Field(0.8, gt=0, le=1, description="Per-round discount of the prompt bandit's past rewards "
+                            "(1 = none): the target changes, so old rewards go stale.")
+    opponent_discount: float = Field(1.0, gt=0, le=1, description="The same for the per-cell opponent bandits; "
+                                     "opponents do not change, so by default nothing is forgotten.")
+    window: int = Field(0, ge=0, description="Keep only the last W rounds of rewards (0 = all).")
+    prompt_floor: float = Field(0.5, ge=0, le=1, description="Share of each round's battles spread evenly over "
+                                "all prompt cells before the bandit picks the rest (0 = all bandit, 1 = all even).")
+    exploration: float = Field(1.0, gt=0, description="Exploration strength (UCB's c, EXP3's gamma/0.1).")
+    pfsp_mode: Literal["hard", "variance"] = Field("hard", description="PFSP f(x): (1-x)^p or x(1-x).")
+    pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
+    self_play: bool = Field(False, description="Add an opponent arm 'self': the target plays one of its earlier "
+                            "versions (uniformly; in the first iteration, itself).")
+
+
+class RatingConfig(Strict):
+    bootstrap_rounds: int = Field(100, ge=0, description="Bootstrap rounds for the CIs.")
+    ci: float = Field(0.95, gt=0, lt=1, description="Confidence level of the intervals.")
+    scale: float = Field(400.0, gt=0, description="Elo scale.")
+    base: float = Field(10.0, gt=1, description="Elo base.")
+    init: float = Field(1000.0, description="Mean rating (the rating at zero log-strength).")
+    online_k: float = Field(4.0, gt=0, description="K factor of the online Elo shown for live progress.")
+    prior: float | None = Field(None, ge=0, description="Virtual ties of each model against a mean-rated "
+                                "reference. Unset: none where the maximum-likelihood fit exists (ratings equal "
+                                "Chatbot Arena's fit), 0.1 where it does not (a model that never lost stays finite).")
+
+
+class CurateConfig(Strict):
+    include_target_wins: bool = Field(True, description="Also SFT on the target's own wins (self-distillation).")
+    include_target_ties: bool = Field(True, description="Also SFT on the target's own answer where a battle was a "
+                                      "tie with both answers good (winner 'tie', never 'tie (bothbad)'): under a "
+                                      "verifier, its correct answers that the opponent also got right. With "
+                                      "include_target_wins this keeps what the target already knows in its data, "
+                                      "which lost battles alone under-represent (the forgetting they cause). "
+                                      "Prompt worlds; a games world's draws teach nothing (flywheel/learning/game_curation.py).")
+    dedup: bool = Field(True, description="One example per prompt text per iteration.")
+    max_completion_chars: int = Field(8192, ge=1, description="Drop longer completions.")
+    min_completion_chars: int = Field(1, ge=1, description="Drop shorter completions.")
+    min_margin: float = Field(0.0, ge=0, description="Drop decisive verdicts weaker than this (judge margin: "
+                              "1 better, 2 much better; a verifier's score difference).")
+
+
+class TrainConfig(Strict):
+    method: Literal["sft", "dpo", "sft+dpo"] = Field("sft", description="TRL trainer(s) to run.")
+    steps: int = Field(1200, ge=0, description="Optimizer steps per target per iteration.")
+    batch_size: int = Field(32, ge=1, description="Per-device batch size.")
+    learning_rate: float = Field(1.5e-3, gt=0, description="Peak learning rate.")
+    weight_decay: float = Field(1.0, ge=0, description="AdamW's decoupled weight decay (transformers leaves biases "
+                                "and norms out): higher pulls the weights toward zero harder, which keeps a small "
+                                "model from memorizing its teachers' answers.")
+    replay: bool = Field(True, description="Also train on earlier iterations' SFT data.")
+    checkpoint_steps: int = Field(200, ge=0, description="Save the Trainer's whole state (weights, optimizer, "
+                                  "scheduler, RNG) in the run directory every this many steps (and at a phase's end; "
+                                  "the latest kept), so that a run killed while training resumes from there, with the "
+                                  "same result as one never interrupted; removed once the version is saved. 0: never.")
+    dpo_beta: float = Field(0.1, gt=0, description="DPO beta.")
+    lora: bool = Field(False, description="Train a LoRA adapter (peft) instead of all weights.")
+    lora_r: int = Field(8, ge=1, description="LoRA rank.")
+    launcher: Literal["inline", "accelerate"] = Field(
+        "inline", description="inline: train in the flow's process; accelerate: `accelerate launch` one "
+        "training process per device (multi-GPU data parallel; --cpu where there is no GPU).")
+    num_processes: int = Field(1, ge=1, description="accelerate: processes (devices) per training run.")
+    max_length: int | None = Field(None, ge=8, description="Longest training sequence in tokens (prompt + answer); "
+                                   "unset: the model's context length, at most 1024.")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="Mixed precision: auto is bf16 where the hardware supports it (CUDA), else fp32.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype the weights are loaded in for training (float32 master weights suit mixed "
+        "precision).")
+    activation_checkpointing: bool | None = Field(
+        None, description="Recompute activations in the backward pass instead of keeping them (transformers' "
+        "activation checkpointing): less memory, more compute, the same weights. Unset: on for models of at least "
+        "100M parameters (TRL's default), off for smaller ones, where activations take little memory.")
+    sft_args: dict[str, Any] = Field({}, description="Extra trl.SFTConfig fields (override the ones built here), "
+                                     "e.g. {gradient_accumulation_steps: 4}.")
+    dpo_args: dict[str, Any] = Field({}, description="Extra trl.DPOConfig fields, e.g. {loss_type: ipo}.")
+
+    @field_validator("sft_args", "dpo_args")
+    @classmethod
+    def _trl_fields(cls, v: dict[str, Any], info) -> dict[str, Any]:
+        if v:
+            import dataclasses
+
+            import trl
+
+            known = {f.name for f in dataclasses.fields(trl.SFTConfig if info.field_name == "sft_args" else trl.DPOConfig)}
+            unknown = sorted(set(v) - known)
+            if unknown:
+                name = "SFTConfig" if info.field_name == "sft_args" else "DPOConfig"
+                raise ValueError(f"not fields of trl.{name}: {unknown}")
+        return v
+
+
+class EvaluateConfig(Strict):
+    bootstrap_seed: int = Field(0, description="Seed of the eval-Elo bootstrap.")
+    sampling: Literal["full", "active"] = Field(
+        "full", description="full: every new version battles every opponent on every eval prompt; active: eval "
+        "battles are drawn in rounds toward the pairs whose order is uncertain and the widest intervals "
+        "(flywheel/maths/active_eval.py), until the target CI width or max_battles. Accuracy is measured on the whole "
+        "eval split either way. Prompt worlds only: a games world refuses active.")
+    round_size: int = Field(60, ge=1, description="active: eval battles per round.")
+    target_ci_width: float = Field(150.0, gt=0, description="active: stop once every new version's 95% Elo "
+                                   "interval is at most this wide and no neighbouring rank around one is uncertain.")
+    max_battles: int | None = Field(None, ge=1, description="active: most eval battles per iteration (default: "
+                                    "as many as full sampling plays).")
+    width_weight: float = Field(3.0, ge=0, description="active: weight of the CI widths against the uncertain "
+                                "orders of neighbouring ranks when choosing the next round's pairs.")
+    promotion: Literal["validation", "always"] = Field(
+        "validation", description="validation: a target's new version replaces its current one only if its "
+        "validation accuracy (games: win-or-draw rate) is at least the current one's minus promotion_margin; "
+        "otherwise the current version keeps playing and is trained on in the next iteration, and the new one "
+        "stays on disk, recorded as not promoted (Arena Learning's practice; the eval split is never read). "
+        "always: every new version replaces the last.")
+    promotion_margin: float = Field(0.0, ge=0, le=1, description="validation promotion: how far below the "
+                                    "current version's validation figure a new version may be and still replace "
+                                    "it (0: at least as good).")
+
+
+class BudgetConfig(Strict):
+    max_usd: float | None = Field(None, gt=0, description="Stop paid API calls once this much is spent "
+                                  "(later calls are recorded as failed, never judged).")
+
+
+class AllocateConfig(Strict):
+    """How the next iteration's training steps and battles are shared among the targets
+    (ModelArena's compute allocation; see flywheel/learning/allocation.py)."""
+
+    policy: Literal["uniform", "proportional", "successive-halving", "selective", "random"] = Field(
+        "uniform", description="uniform; proportional (share ~ learning rate, smoothed, floored); "
+        "successive-halving (drop the slowest fraction every k iterations); selective (top k only); random "
+        "(a control arm for selective: k targets drawn at random each iteration, seeded by run.seed).")
+    warmup: int = Field(1, ge=0, description="Training iterations at equal shares before a policy acts.")
+    window: int = Field(2, ge=1, description="Iterations over which a target's learning rate is measured.")
+    compute: Literal["steps", "params"] = Field("steps", description="Unit of compute in the learning rate: "
+                                                "training steps, or steps x parameters.")
+    signal: Literal["accuracy", "loss"] = Field(
+        "accuracy", description="What a learning rate measures the gain of: validation accuracy (any target), or "
+        "the drop of the validation loss on reference answers (local transformers targets; smoother, it moves first).")
+    smoothing: float = Field(0.5, ge=0, lt=1, description="proportional: weight of the previous share.")
+    floor: float = Field(0.05, ge=0, lt=1, description="proportional: the least share a target gets.")
+    halving_every: int = Field(1, ge=1, description="successive-halving: iterations between drops.")
+    halving_fraction: float = Field(0.5, gt=0, lt=1, description="successive-halving: share of the remaining "
+                                    "targets dropped each time (at least one stays).")
+    top_k: int = Field(1, ge=1, description="selective and random: targets that train each iteration.")
+    sharing: Literal["competitive", "cooperative", "federated", "mixed"] = Field(
+        "competitive", description="competitive: a target learns from its own battles; cooperative: "
+        "the targets pool their winning traces; federated: each learns from its own battles, then "
+        "same-architecture targets are merged, weighted by validation accuracy; mixed: pooled while the "
+        "targets learn at similar rates, separate (for good) once their rates diverge (mixed_spread).")
+    mixed_spread: float = Field(0.05, ge=0, description="mixed: the targets separate once the spread of their "
+                                "learning rates (fastest minus slowest validation gain, per train.steps of "
+                                "compute) exceeds this.")
+    gpu_memory: float | None = Field(None, gt=0, le=1, description="In-process vllm targets: the GPU-memory "
+                                     "fraction they share; each engine gets this x its compute share (unset: each "
+                                     "target's own gpu_memory_utilization).")
+    min_gpu_memory: float = Field(0.05, gt=0, le=1, description="gpu_memory: the least fraction a target's engine "
+                                  "gets (it still answers eval prompts with no training share).")
+    merge_strength: float = Field(0.5, ge=0, le=1, description="federated: how far each target moves to the "
+                                  "weighted average (0 = not at all, 1 = every target becomes the average).")
+    merge_temperature: float = Field(0.05, gt=0, description="federated: merge weights are a softmax of validation "
+                                     "accuracy / this (lower = the best target dominates).")
+
+
+class ScheduleConfig(Strict):
+    """What a scheduled trigger does (``flywheel schedule``)."""
+
+    mode: Literal["continue", "fresh"] = Field("continue", description="continue: every trigger adds one "
+                                               "iteration to the run run.root/run.name; fresh: a new run per trigger.")
+    lock_wait_s: float = Field(0.0, ge=0, description="A trigger that finds the run in use waits this long, "
+                               "then refuses (the run is left untouched).")
+
+
+class FlywheelConfig(Strict):
+    run: RunConfig = Field(default_factory=RunConfig)
+    world: WorldConfig = Field(default_factory=WorldConfig)
+    targets: list[PlayerConfig] = Field(
+        default_factory=lambda: [PlayerConfig(name="student")], min_length=1
+    )
+    opponents: list[PlayerConfig] = Field(
+        default_factory=lambda: [PlayerConfig(name=n) for n in ("calc", "scribe", "generalist")],
+        min_length=1,
+    )
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    rating: RatingConfig = Field(default_factory=RatingConfig)
+    curate: CurateConfig = Field(default_factory=CurateConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    evaluate: EvaluateConfig = Field(default_factory=EvaluateConfig)
+    allocate: AllocateConfig = Field(default_factory=AllocateConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> FlywheelConfig:
+        names = [p.name for p in self.targets + self.opponents]
+        folded = [n.casefold() for n in names]
+        dupes = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
+        if dupes:
+            raise ValueError(f"player names must be unique (ignoring case): {dupes}")
+        if self.allocate.floor * len(self.targets) > 1:
+            raise ValueError(f"allocate.floor {self.allocate.floor} x {len(self.targets)} targets exceeds 1")
+        if self.allocate.signal == "loss":
+            remote = [p.name for p in self.targets if p.kind != "transformers"]
+            if remote:
+                raise ValueError(f"allocate.signal: loss needs local transformers targets (validation loss on the "
+                                 f"reference answers); not: {', '.join(remote)}")
+        if (self.world.kind == "games") != (self.judge.kind == "game"):
+            raise ValueError("world.kind games and judge.kind game go together (the rules judge the games)")
+        if self.world.kind == "games":
+            if self.allocate.signal == "loss":
+                raise ValueError("allocate.signal: loss needs reference answers; a games world has none")
+            if self.world.prompt_pools:
+                raise ValueError("world.prompt_pools: a games world plays start positions, not prompts")
+            if self.evaluate.sampling == "active":
+                raise ValueError("evaluate.sampling: active is for prompt worlds; a games world plays every eval "
+                                 "position against every reference player (its win-or-draw rates need them all)")
+            bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
+            if bad:
+                raise ValueError(f"world.models: categories {bad} are not games of world.games.games")
+        if any("@" in n for n in names):
+            raise ValueError("player names may not contain '@' (it marks versions)")
+        return self

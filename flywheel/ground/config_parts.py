@@ -1,0 +1,143 @@
+"""Sections of the one config tree (flywheel/ground/config.py) for players and judges, and the strict
+base every section shares. Import them from ``flywheel.ground.config``."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PlayerConfig(Strict):
+    name: str = Field(..., pattern=r"^[A-Za-z0-9_.-]+$", description="Player name in the arena.")
+    kind: str = Field("transformers", description="transformers, openai, anthropic, vllm, or module:Class.")
+    path: str | None = Field(None, description="Local weights (transformers, vllm; a target's training "
+                             "base); default world.models_dir/<name>.")
+    max_new_tokens: int = Field(12, ge=1, description="Generation length limit.")
+    batch_size: int = Field(256, ge=1, description="Prompts per generate() call (local players).")
+    temperature: float | None = Field(None, ge=0, description="Sampling temperature; unset or 0: greedy for "
+                                      "local players, and no temperature is sent to an API (its default).")
+    chat: Literal["auto", "on", "off"] = Field(
+        "auto", description="Local players (transformers, vllm): ask through the tokenizer's chat template. auto: "
+        "when the tokenizer has one (else raw text, noted in the log); on: a model without one is an error; "
+        "off: raw text. API players always chat.")
+    device: str = Field("auto", description="Local players: torch device (auto: cuda when available, else cpu).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Local players: weights dtype (auto: bfloat16 on a GPU that supports it, else float32).")
+    stop: list[str] = Field([], description="Stop strings: generation ends at the first (not included).")
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
+        "max_completion_tokens", description="openai kind: the length field sent (old servers need max_tokens).")
+    # API players (openai, anthropic)
+    model: str | None = Field(None, description="Model name at the API (required for openai and anthropic).")
+    base_urls: list[str] = Field([], description="Endpoints, balanced round-robin; empty = the vendor's API.")
+    api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key. "
+                                    "The key itself never appears in a config.")
+    system_prompt: str | None = Field(None, description="Optional system prompt (local chat players and APIs; a "
+                                      "chat target's training data carries it too).")
+    max_concurrency: int = Field(16, ge=1, description="Requests in flight at once.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request timeout.")
+    max_retries: int = Field(4, ge=0, description="Retries on 429, 5xx, timeouts and malformed bodies.")
+    backoff_s: float = Field(0.5, ge=0, description="Base of the exponential backoff (full jitter).")
+    max_backoff_s: float = Field(30.0, ge=0, description="Longest wait between retries (and for Retry-After).")
+    price_input_per_mtok: float = Field(0.0, ge=0, description="USD per million input tokens.")
+    price_output_per_mtok: float = Field(0.0, ge=0, description="USD per million output tokens.")
+    learning_rate: float | None = Field(None, gt=0, description="Targets: this target's training learning "
+                                        "rate (default: train.learning_rate).")
+    serve_lora: bool = Field(False, description="openai kind, targets: load each new version into the vLLM "
+                             "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
+    depth: int = Field(2, ge=1, le=12, description="minimax kind (games world): search depth in moves.")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vllm kind (in-process): the fraction of "
+                                          "GPU memory the engine may use (for targets, allocate.gpu_memory overrides it).")
+
+    @field_validator("chat", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, v: Any) -> Any:
+        """YAML reads a bare on / off as a boolean."""
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _api_needs_model(self) -> PlayerConfig:
+        if self.kind in ("openai", "anthropic") and not self.model:
+            raise ValueError(f"player {self.name}: kind {self.kind} needs 'model'")
+        return self
+
+
+class VerifierConfig(Strict):
+    """How a verifier checks a response against the reference (see judges/verifier.py)."""
+
+    match: Literal["exact", "numeric", "regex", "callable"] = Field(
+        "exact", description="exact (up to whitespace), numeric (within a tolerance), regex, or a callable.")
+    tolerance: float = Field(1e-6, ge=0, description="numeric: absolute tolerance.")
+    relative_tolerance: float = Field(0.0, ge=0, description="numeric: relative tolerance.")
+    pattern: str | None = Field(None, description="regex: extracts the answer (group 1, else the match); "
+                                "unset = the reference is the regex.")
+    function: str | None = Field(None, description="callable: 'module:function' of (response, reference) "
+                                 "-> bool or score in [0, 1].")
+    extract: Literal["none", "final"] = Field(
+        "none", description="What is checked: the whole response (none), or the final answer a chatty model states "
+        "in it (final: \\boxed{x}, 'the answer is x', the last '= x', else the whole response). The raw response "
+        "stays in the battle log.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _callable_needs_function(self) -> VerifierConfig:
+        if self.match == "callable" and not self.function:
+            raise ValueError("match callable needs 'function' (module:function)")
+        return self
+
+
+class JudgeConfig(Strict):
+    kind: Literal["verifier", "llm", "hybrid", "panel", "custom", "game"] = Field(
+        "verifier", description="verifier (checks the reference), llm (a player judges pairwise), hybrid "
+        "(verifier where a reference exists, llm elsewhere), panel (several LLM judges), custom, game (the rules "
+        "decide: world.kind games).")
+    player: PlayerConfig | None = Field(None, description="The judge model, for kinds llm and hybrid (any player kind).")
+    template: str = Field("arena_hard", description="Prompt template: arena_hard, wizardarena (1-10 scores), "
+                          "or a file path.")
+    both_orders: bool = Field(True, description="Judge (A,B) and (B,A) to cancel position bias.")
+    inconsistent: Literal["tie", "invalid"] = Field("tie", description="What an order-inconsistent pair becomes.")
+    max_parse_retries: int = Field(1, ge=0, description="Re-asks for unparseable output before 'invalid'.")
+    cache: bool = Field(True, description="Keep judge outputs by content hash (run.cache_dir): never judge twice.")
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    llm_categories: list[str] = Field([], description="hybrid: categories the LLM judges even with a reference.")
+    panel: list[PlayerConfig] = Field([], description="panel: the judge models (two or more).")
+    aggregate: Literal["majority", "mean"] = Field("majority", description="panel: majority vote, or mean "
+                                                   "score (needs a scores template).")
+    custom: str | None = Field(None, description="custom: 'module:Class' (a PairwiseJudge) or "
+                               "'module:function' (prompt, a, b, reference) -> 'A'|'B'|'tie'|'bothbad'.")
+    options: dict[str, Any] = Field({}, description="custom: keyword arguments of the judge class.")
+    max_flip_rate: float = Field(0.5, ge=0, le=1, description="Guard: stop when more of a round's model-judged "
+                                 "battles flip with the order (position bias) than this.")
+    max_invalid_rate: float = Field(0.5, ge=0, le=1, description="Guard: stop when more of a round's model "
+                                    "verdicts are invalid than this.")
+    max_tie_rate: float = Field(0.95, ge=0, le=1, description="Guard: stop when more of a round's valid model "
+                                "verdicts are ties than this (a judge that never decides teaches nothing).")
+    min_verifier_agreement: float = Field(0.5, ge=0, le=1, description="Guard: stop when, on battles with a "
+                                          "reference where the verifier is decisive, the model judge agrees with "
+                                          "it less often than this.")
+    guard_min_battles: int = Field(20, ge=1, description="Guard: the least battles a figure needs before it is "
+                                   "checked (fewer are too noisy to stop a run on).")
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> JudgeConfig:
+        if self.kind in ("llm", "hybrid") and self.player is None:
+            raise ValueError(f"kind {self.kind} needs a judge player (judge.player)")
+        if self.kind == "panel" and len(self.panel) < 2:
+            raise ValueError("kind panel needs two or more judge players (judge.panel)")
+        if self.kind == "custom" and not self.custom:
+            raise ValueError("kind custom needs judge.custom ('module:Class' or 'module:function')")
+        return self

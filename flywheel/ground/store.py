@@ -1,0 +1,341 @@
+"""The run directory: every file written atomically, logs append-only, resumable by construction.
+
+The store is the one owner of the run directory's layout: no other module spells a path in it.
+Layout (see data/README.md)::
+
+    <run>/config.yaml  manifest.json  summary.json  usage.jsonl  .lock
+    <run>/battles/<iter>-<phase>-<n>.parquet     append-only battle log shards
+    <run>/judgments/<iter>-<phase>-<n>.parquet   every judgment, with the judge's raw output
+    <run>/iter-000k/plan-rN.parquet  sft/  dpo/  the selection (per round) and datasets
+    <run>/iter-000k/stages/<stage>.json          each finished stage's result
+    <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
+    <run>/ratings/iter-000k.json|md  history.json  eval-subsets.json  iter-000k-subsets.json|-arena.json
+    <run>/models/<name>@<k>/  models/.premerge/  trained versions (and, federated, before merging)
+    <run>/cache/generations.sqlite  judgments.sqlite  generation and judge-output caches (SQLite)
+
+A shard is written to a temporary name and renamed, so it is either whole or absent. Stages
+skip records whose ids are already on disk, so a killed run resumes with nothing lost and
+nothing counted twice. The store's neighbours: ``atomic`` (atomic writes, damaged files),
+``checkpoints`` (model checkpoints) and ``cache`` (the SQLite caches).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from flywheel.ground.atomic import append_bytes, atomic_write_json, read_json
+from flywheel.ground.cache import KeyValueCache
+from flywheel.ground.records import Battle, BattleSpec, JudgedBattle, Judgment, _Row
+
+R = TypeVar("R", bound=_Row)
+
+
+class RunLockedError(RuntimeError):
+    """Another process holds this run directory."""
+
+
+def iter_name(k: int) -> str:
+    return f"iter-{k:04d}"
+
+
+LOCKED: list[Path] = []  # run directories this process has taken the lock of, in order (`flywheel run`'s)
+
+
+class RunStore:
+    """Reads and writes one run directory."""
+
+    def __init__(self, root: Path, cache_dir: Path | None = None) -> None:
+        self.root = Path(root)
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else self.root / "cache"
+        self._lock_fd: int | None = None
+        self.generations = KeyValueCache(self.cache_dir / "generations.sqlite")
+        self.judge_outputs = KeyValueCache(self.cache_dir / "judgments.sqlite")
+
+    # -- locking ---------------------------------------------------------------------------
+    def lock(self, wait_s: float = 0.0) -> None:
+        """Take the run's lock; if another process holds it, wait up to ``wait_s`` seconds, then
+        fail with a message that says so (the directory is left untouched)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    waited = f" (waited {wait_s:g} s)" if wait_s else ""
+                    raise RunLockedError(f"{self.root} is in use by another flywheel process{waited}; "
+                                         "nothing was changed") from None
+                time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+        self._lock_fd = fd
+        if self.root not in LOCKED:
+            LOCKED.append(self.root)
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- paths -----------------------------------------------------------------------------
+    def iter_dir(self, k: int) -> Path:
+        return self.root / iter_name(k)
+
+    def stage_path(self, k: int, stage: str) -> Path:
+        """Where iteration ``k``'s finished stage keeps its result."""
+        return self.iter_dir(k) / "stages" / f"{stage}.json"
+
+    def train_state_dir(self, k: int, target: str) -> Path:
+        """Where iteration ``k``'s training of ``target`` keeps its Trainer checkpoints while it
+        runs (``train.checkpoint_steps``), so that a killed run resumes it; removed once done."""
+        return self.iter_dir(k) / "train-state" / target
+
+    def model_dir(self, versioned_name: str) -> Path:
+        return self.root / "models" / versioned_name
+
+    def premerge_dir(self, versioned_name: str) -> Path:
+        """Where a federated run keeps a trained version before merging (read only from there)."""
+        return self.root / "models" / ".premerge" / versioned_name
+
+    def dataset_dir(self, k: int, kind: str) -> Path:
+        """Iteration ``k``'s curated ``sft`` or ``dpo`` dataset."""
+        return self.iter_dir(k) / kind
+
+    def ratings_path(self, name: str) -> Path:
+        """A file under ratings/: ``iter-000k.json``, ``history.json``, ``eval-subsets.json``, ..."""
+        return self.root / "ratings" / name
+
+    def leaderboard_iterations(self) -> list[int]:
+        """The iterations with an eval leaderboard (``ratings/iter-000k.json``), in order."""
+        return sorted(int(p.stem.split("-")[1]) for p in self.ratings_path("").glob("iter-[0-9][0-9][0-9][0-9].json"))
+
+    def datasets(self) -> list[tuple[int, str, Path]]:
+        """(iteration, kind, directory) of every curated dataset directory (``iter-000k/<kind>``)."""
+        return [(int(d.parent.name.split("-")[1]), d.name, d) for d in sorted(self.root.glob("iter-*/*"))
+                if d.name in ("sft", "dpo") and d.is_dir()]
+
+    def log_shards(self, kind: str) -> dict[int, list[Path]]:
+        """The ``battles`` or ``judgments`` shard files, by iteration."""
+        out: dict[int, list[Path]] = {}
+        for p in sorted((self.root / kind).glob("iter-*.parquet")):
+            out.setdefault(int(p.name.split("-")[1]), []).append(p)
+        return out
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    # -- stage results ---------------------------------------------------------------------
+    def stage_json(self, k: int, stage: str) -> dict[str, Any] | None:
+        """Iteration ``k``'s stage result as stored (None while the stage has not finished)."""
+        return read_json(self.stage_path(k, stage))
+
+    def save_stage_json(self, k: int, stage: str, result: dict[str, Any], seconds: float) -> None:
+        """Store a finished stage's result and its timing (in the manifest)."""
+        atomic_write_json(self.stage_path(k, stage), result)
+        manifest = read_json(self.manifest_path, {})
+        manifest.setdefault("timings", {})[f"{iter_name(k)}/{stage}"] = round(seconds, 3)
+        atomic_write_json(self.manifest_path, manifest)
+
+    # -- the plan: battles chosen per selection round ----------------------------------------
+    def write_plan(self, k: int, rnd: int, specs: list[BattleSpec], shard_size: int) -> None:
+        """Round ``rnd``'s chosen battles (so a resumed run plays exactly these), one Parquet row
+        group per shard of ``shard_size`` battles: a shard reads its own group only."""
+        path = self.iter_dir(k) / f"plan-r{rnd}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        table = pa.Table.from_pylist([s.to_row() for s in specs], schema=arrow_schema(BattleSpec))
+        pq.write_table(table, tmp, row_group_size=max(1, shard_size))
+        os.replace(tmp, path)
+
+    def _plan_paths(self, k: int, rnd: int | None) -> list[Path]:
+        folder = self.iter_dir(k)
+        rounds = [rnd] if rnd is not None else sorted({int(p.name.split(".")[0].split("-r")[1])
+                                                       for p in folder.glob("plan-r*.*") if p.suffix in (".parquet", ".jsonl")})
+        found = []
+        for r in rounds:  # Parquet; a run directory from before keeps its JSONL plans
+            found += [p for p in (folder / f"plan-r{r}.parquet", folder / f"plan-r{r}.jsonl") if p.exists()][:1]
+        return found
+
+    @staticmethod
+    def _read_plan(path: Path) -> list[BattleSpec]:
+        if path.suffix == ".jsonl":
+            return [BattleSpec.from_row(json.loads(line)) for line in path.read_text().splitlines() if line]
+        return [BattleSpec.from_row(r) for r in pq.read_table(path).to_pylist()]
+
+    def plan(self, k: int, rnd: int | None = None) -> list[BattleSpec] | None:
+        """One round's planned battles, or (``rnd=None``) all rounds' in order; None if none yet."""
+        paths = self._plan_paths(k, rnd)
+        return [s for p in paths for s in self._read_plan(p)] if paths else None
+
+    def plan_size(self, k: int, rnd: int) -> int:
+        """How many battles round ``rnd`` planned (0 before it is planned), read from the metadata."""
+        paths = self._plan_paths(k, rnd)
+        if not paths:
+            return 0
+        if paths[0].suffix == ".jsonl":
+            return len(self._read_plan(paths[0]))
+        return pq.ParquetFile(paths[0]).metadata.num_rows
+
+    def plan_shard(self, k: int, rnd: int, i: int, shard_size: int) -> list[BattleSpec]:
+        """Shard ``i`` of round ``rnd``'s plan (battles ``i*shard_size`` up to the next shard),
+        read from its own row group when the plan was written in shards of this size."""
+        paths = self._plan_paths(k, rnd)
+        if not paths:
+            return []
+        if paths[0].suffix == ".parquet":
+            f = pq.ParquetFile(paths[0])
+            sizes = [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)]
+            if all(n == shard_size for n in sizes[:-1]) and i < len(sizes):
+                return [BattleSpec.from_row(r) for r in f.read_row_group(i).to_pylist()]
+        return self._read_plan(paths[0])[i * shard_size:(i + 1) * shard_size]
+
+    @staticmethod
+    def shard_name(k: int, rnd: int, i: int) -> str:
+        """The battle and judgment shard ``i`` of round ``rnd``'s plan."""
+        return f"{iter_name(k)}-train-r{rnd}-s{i:04d}"
+
+    # -- bandit state ------------------------------------------------------------------------
+    def bandit_path(self, target: str, k: int, rnd: int) -> Path:
+        """The target's bandit state after selection round ``rnd`` of iteration ``k``."""
+        return self.root / "bandits" / f"{iter_name(k)}-r{rnd}-{target}.json"
+
+    def latest_bandit_state(self, target: str, before: tuple[int, int]) -> dict[str, Any] | None:
+        """The target's bandit state saved last before (iteration, round) ``before``, if any."""
+        found = []
+        for path in (self.root / "bandits").glob("iter-*-r*-*.json"):
+            m = re.fullmatch(r"iter-(\d+)-r(\d+)-(.+)\.json", path.name)
+            if m and m[3] == target and (int(m[1]), int(m[2])) < before:  # names may contain dashes
+                found.append(((int(m[1]), int(m[2])), path))
+        return read_json(max(found)[1]) if found else None
+
+    # -- append-only shards ----------------------------------------------------------------
+    def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:
+        """Write one shard: ``name`` (a mapped task's own shard, race-free) or the next number."""
+        if not rows:
+            return None
+        folder = self.root / kind
+        folder.mkdir(parents=True, exist_ok=True)
+        if name is None:
+            n = len(list(folder.glob(f"{prefix}-*.parquet")))
+            name = f"{prefix}-{n:05d}"
+        path = folder / f"{name}.parquet"
+        tmp = folder / f".{path.name}.tmp"
+        pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(cls)), tmp)
+        os.replace(tmp, path)
+        return path
+
+    def _read(self, kind: str, cls: type[R], prefix: str = "") -> list[R]:
+        folder = self.root / kind
+        if not folder.exists():
+            return []
+        out: list[R] = []
+        for path in sorted(folder.glob(f"{prefix}*.parquet")):
+            out += [cls.from_row(r) for r in pq.read_table(path).to_pylist()]
+        return out
+
+    @staticmethod
+    def _prefix(iteration: int | None, phase: str | None) -> str:
+        if iteration is None:
+            return ""
+        return iter_name(iteration) + (f"-{phase}" if phase else "")
+
+    def append_battles(self, battles: list[Battle], name: str | None = None) -> None:
+        for (k, phase), group in _group(battles, lambda b: (b.iteration, b.phase)).items():
+            self._append("battles", f"{iter_name(k)}-{phase}", [b.to_row() for b in group], Battle, name)
+
+    def shard_files(self, kind: str, k: int, phase: str) -> list[str]:
+        """The ``battles`` or ``judgments`` shards of (iteration, phase), relative to the run."""
+        return sorted(str(p.relative_to(self.root)) for p in (self.root / kind).glob(f"{iter_name(k)}-{phase}-*.parquet"))
+
+    def quarantine_judgments(self, names: list[str], why: str) -> Path:
+        """Move these judgment shards out of the log (to ``quarantine/<why>/``): their verdicts
+        count nowhere, and the battles are judged again on resume."""
+        folder = self.root / "quarantine" / why
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            src = self.root / "judgments" / f"{name}.parquet"
+            if src.exists():
+                os.replace(src, folder / src.name)
+        return folder
+
+    def shard_exists(self, kind: str, name: str) -> bool:
+        return (self.root / kind / f"{name}.parquet").exists()
+
+    def read_shard(self, kind: str, name: str, cls: type[R]) -> list[R]:
+        path = self.root / kind / f"{name}.parquet"
+        return [cls.from_row(r) for r in pq.read_table(path).to_pylist()] if path.exists() else []
+
+    def battles(self, iteration: int | None = None, phase: str | None = None) -> list[Battle]:
+        rows = self._read("battles", Battle, self._prefix(iteration, phase))
+        return [b for b in rows if phase is None or b.phase == phase]
+
+    def append_judgments(self, judgments: list[Judgment], iteration: int, phase: str, name: str | None = None) -> None:
+        self._append("judgments", f"{iter_name(iteration)}-{phase}", [j.to_row() for j in judgments], Judgment, name)
+
+    def judgments(self, iteration: int | None = None, phase: str | None = None) -> dict[str, Judgment]:
+        return {j.battle_id: j for j in self._read("judgments", Judgment, self._prefix(iteration, phase))}
+
+    def judged(self, iteration: int | None = None, phase: str | None = None) -> list[JudgedBattle]:
+        """Battles joined with their valid judgments, in log order: failed battles and invalid
+        verdicts never count."""
+        js = self.judgments(iteration, phase)
+        return [JudgedBattle(b, js[b.battle_id]) for b in self.battles(iteration, phase)
+                if b.ok and b.battle_id in js and js[b.battle_id].valid]
+
+    # -- small append-only logs ------------------------------------------------------------
+    def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        append_bytes(path, json.dumps(row) + "\n")
+
+    def read_jsonl(self, name: str) -> list[dict[str, Any]]:
+        path = self.root / name
+        if not path.exists():
+            return []
+        rows = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+        return rows
+
+
+_ARROW = {"str": pa.string(), "Winner": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+
+
+def arrow_schema(cls: type) -> pa.Schema:
+    """The parquet schema of a record type, from its field annotations. Every shard gets the same
+    schema (a column that happens to be all null is still a string column), so a log's shards
+    read as one table."""
+    import dataclasses
+
+    fields = []
+    for f in dataclasses.fields(cls):
+        base = str(f.type).replace(" ", "").split("|")
+        nullable = "None" in base
+        fields.append(pa.field(f.name, _ARROW[[t for t in base if t != "None"][0]], nullable=nullable))
+    return pa.schema(fields)
+
+
+def _group(items, key):
+    out: dict = {}
+    for it in items:
+        out.setdefault(key(it), []).append(it)
+    return out

@@ -1,0 +1,213 @@
+"""Arena Learning's curation: lost battles become SFT examples, decisive ones DPO pairs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
+from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
+from flywheel.ground.config import CurateConfig
+from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name
+
+SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
+DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]
+
+
+@dataclass(frozen=True)
+class Curated:
+    sft: list[SFTExample]
+    dpo: list[DPOPair]
+    dropped: dict[str, int]
+
+
+def curate(
+    battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], eval_texts: set[str], cfg: CurateConfig
+) -> Curated:
+    """SFT: the winner's response wherever a target lost (and, optionally, the target's own wins and
+    its answers in ties where both were good). DPO: (winner, loser) from every decisive battle with
+    a target in it. Eval prompts never pass."""
+    sft: list[SFTExample] = []
+    dpo: list[DPOPair] = []
+    dropped = {"invalid": 0, "failed": 0, "undecided": 0, "weak": 0, "contaminated": 0, "too_long": 0,
+               "too_short": 0, "duplicate": 0}
+    seen_sft: set[tuple[str, str]] = set()  # (target, prompt): each target's own examples
+    seen_dpo: set[tuple[str, str]] = set()
+    target_set = set(targets)
+    for b in battles:
+        if cfg.include_target_ties and _good_tie(b, judgments.get(b.battle_id)):
+            seats = ((b.model_a, b.response_a), (b.model_b, b.response_b))
+            mine = next(((m, r) for m, r in seats if base_name(m) in target_set), None)
+            if mine is not None and _unfit(b.prompt, mine[1], cfg, eval_texts) is None:
+                model, text = mine
+                key = (base_name(model), b.prompt)
+                if not (cfg.dedup and key in seen_sft):
+                    seen_sft.add(key)
+                    sft.append(SFTExample(b.prompt, text, b.prompt_id, b.category, model, b.battle_id, b.iteration, key[0]))
+        j = decisive(b, judgments.get(b.battle_id), dropped)
+        if j is None:
+            continue
+        if j.margin < cfg.min_margin:
+            dropped["weak"] += 1
+            continue
+        win_model, win_text, lose_model, lose_text = (
+            (b.model_a, b.response_a, b.model_b, b.response_b)
+            if j.winner == "model_a"
+            else (b.model_b, b.response_b, b.model_a, b.response_a)
+        )
+        why = _unfit(b.prompt, win_text, cfg, eval_texts)
+        if why is not None:
+            dropped[why] += 1
+            continue
+        target_lost = base_name(lose_model) in target_set
+        target_won = base_name(win_model) in target_set
+        target = base_name(lose_model if target_lost else win_model)
+        if target_lost or (target_won and cfg.include_target_wins):
+            if cfg.dedup and (target, b.prompt) in seen_sft:
+                dropped["duplicate"] += 1
+            else:
+                seen_sft.add((target, b.prompt))
+                sft.append(SFTExample(b.prompt, win_text, b.prompt_id, b.category, win_model, b.battle_id, b.iteration, target))
+        if (target_lost or target_won) and not (cfg.dedup and (target, b.prompt) in seen_dpo):
+            seen_dpo.add((target, b.prompt))
+            dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
+    return Curated(sft, dpo, dropped)
+
+
+def _unfit(prompt: str, text: str, cfg: CurateConfig, eval_texts: set[str]) -> str | None:
+    """Why ``text`` answering ``prompt`` may not become training data (an eval prompt, also up to
+    whitespace; too long; too short), or None."""
+    if prompt in eval_texts or " ".join(prompt.split()) in eval_texts:
+        return "contaminated"
+    if len(text) > cfg.max_completion_chars:
+        return "too_long"
+    if len(text.strip()) < cfg.min_completion_chars:
+        return "too_short"
+    return None
+
+
+def _good_tie(b: Battle, j: Judgment | None) -> bool:
+    """A played battle judged a tie with both answers good (never ``tie (bothbad)``)."""
+    return b.ok and j is not None and j.winner == "tie"
+
+
+def decisive(b: Battle, j: Judgment | None, dropped: dict[str, int]) -> Judgment | None:
+    """The battle's judgment if it is a valid, decisive verdict on a battle that was played;
+    else None, counted in ``dropped`` (failed, invalid or undecided)."""
+    why = "failed" if not b.ok else "invalid" if j is None or not j.valid else \
+        "undecided" if j.winner not in ("model_a", "model_b") else None
+    if why is not None:
+        dropped[why] += 1
+        return None
+    return j
+
+
+def conversational(rows: list, columns: list[str], systems: dict[str, str | None]) -> dict[str, list]:
+    """The columns of ``rows`` in TRL's conversational format: ``prompt`` is the conversation that
+    asks it (the row's target's system prompt, then the user turn), ``completion`` / ``chosen`` /
+    ``rejected`` are one assistant turn each."""
+    data = {c: [getattr(r, c) for r in rows] for c in columns}
+    data["prompt"] = [messages(r.prompt, systems.get(r.target)) for r in rows]
+    for c in TEXT_COLUMNS[1:]:
+        if c in data:
+            data[c] = [assistant(x) for x in data[c]]
+    return data
+
+
+DATA_FILE = "data/train-00000-of-00001.parquet"  # the Hub's layout: one split, one shard
+
+
+def save_dataset(rows: list, columns: list[str], out: Path, card: str, lineage: dict | None = None,
+                 systems: dict[str, str | None] | None = None) -> int:
+    """Write ``rows`` as a Hub-ready dataset folder, atomically: ``data/train-*.parquet`` (which
+    ``load_dataset("parquet")``, pandas and duckdb read), the ``README.md`` card (YAML front
+    matter first) and the lineage (``manifest.json``). With ``systems`` (target -> its system
+    prompt, for chat targets) the rows are conversational (see ``conversational``); else text."""
+    from datasets import Dataset, Features, Value
+
+    types: dict = {"iteration": Value("int64")}
+    if systems is not None:
+        turn = {"role": Value("string"), "content": Value("string")}
+        types.update({c: [turn] for c in TEXT_COLUMNS})
+        data = conversational(rows, columns, systems)
+    else:
+        data = {c: [getattr(r, c) for r in rows] for c in columns}
+    features = Features({c: types.get(c, Value("string")) for c in columns})
+
+    def fill(tmp: Path) -> None:
+        import pyarrow.parquet as pq
+
+        (tmp / DATA_FILE).parent.mkdir(parents=True)
+        table = Dataset.from_dict(data, features=features).data.table
+        if len(table):
+            pq.write_table(table, tmp / DATA_FILE)
+        else:  # no row group at all (an empty one stops load_dataset): only the schema
+            pq.ParquetWriter(tmp / DATA_FILE, features.arrow_schema).close()
+        atomic_write_text(tmp / "README.md", card)
+        if lineage is not None:
+            atomic_write_text(tmp / "manifest.json", json.dumps({**lineage, "rows": len(rows), "columns": columns,
+                                                                "format": "conversational" if systems is not None
+                                                                else "text"}, indent=2))
+
+    atomic_write_dir(out, fill)
+    return len(rows)
+
+
+def load_dataset_dir(folder: Path):
+    """A curated dataset folder as an in-memory ``datasets.Dataset`` (nothing cached beside it):
+    the Parquet layout, or ``save_to_disk``'s of run directories made before it."""
+    from datasets import Dataset, load_from_disk
+
+    folder = Path(folder)
+    if (folder / "state.json").is_file():
+        return load_from_disk(str(folder), keep_in_memory=True)
+    files = sorted((folder / "data").glob("*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no dataset (neither data/*.parquet nor a save_to_disk folder)")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    return Dataset(pa.concat_tables([pq.read_table(f) for f in files]))
+
+
+def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int],
+                 players: dict[str, list[str]] | None = None, chat: bool = False, rule: str | None = None) -> str:
+    sources: dict[str, int] = {}
+    categories: dict[str, int] = {}
+    for r in rows:
+        src = getattr(r, "source_model", None) or r.chosen_model
+        sources[src] = sources.get(src, 0) + 1
+        categories[r.category] = categories.get(r.category, 0) + 1
+    rule = rule or (
+        "the winner's response wherever a target lost (Arena Learning SFT rule)"
+        if kind == "sft"
+        else "(winner, loser) responses of decisive battles with a target in them"
+    )
+    front = (
+        "---\nlicense: other\n"  # the answers come from the run's players, under their own terms
+        "task_categories:\n- text-generation\n"
+        f"tags:\n- trl\n- {kind}\n- arena-learning\n- flywheel\n- {'conversational' if chat else 'text'}\n"
+        f"size_categories:\n- {_size_category(len(rows))}\n"
+        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n---\n\n"
+    )
+    return front + (
+        f"# {kind.upper()} data, iteration {iteration}\n\n"
+        f"- rows: {len(rows)}\n- rule: {rule}\n- judge: {judge}\n"
+        f"- format: {'conversational (TRL: lists of role/content turns)' if chat else 'text'}\n"
+        + "".join(f"- {role}: {', '.join(names)}\n" for role, names in (players or {}).items())
+        + f"- filters: {json.dumps(cfg.model_dump())}\n- dropped: {json.dumps(dropped)}\n"
+        f"- sources: {json.dumps(dict(sorted(sources.items())))}\n"
+        f"- categories: {json.dumps(dict(sorted(categories.items())))}\n\n"
+        "Open with `datasets.load_dataset(\"parquet\", data_dir=\"<this directory>/data\", split=\"train\")`, "
+        "`pandas.read_parquet(\"<this directory>/data\")` or duckdb (`SELECT * FROM '<this directory>/data/*.parquet'`). "
+        "The license field is `other`: the texts come from the run's players, under their own terms.\n"
+    )
+
+
+def _size_category(n: int) -> str:
+    """The Hub's size bucket of a dataset of ``n`` rows."""
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if n < limit:
+            return name
+    return "n>1M"

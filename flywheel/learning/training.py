@@ -1,0 +1,249 @@
+"""Fine-tune a target version with TRL (SFT, DPO, or SFT then DPO), full or LoRA."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from flywheel.ground import progress
+from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
+from flywheel.ground.config import TrainConfig
+
+log = logging.getLogger("flywheel")
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    steps: int
+    loss: float | None
+    examples: int
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a distributed launch (``accelerate launch``), or the only process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the training process runs on (``detect()``), so the arguments can be built and
+    tested for any machine."""
+
+    cuda: bool
+    bf16: bool
+
+    @staticmethod
+    def detect() -> Hardware:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return Hardware(cuda, cuda and torch.cuda.is_bf16_supported())
+
+
+def precision(cfg: TrainConfig, hw: Hardware) -> str:
+    """``bf16``, ``fp16`` or ``fp32``: ``train.precision``, where ``auto`` is bf16 wherever the
+    hardware supports it and fp32 elsewhere (the CPU)."""
+    if cfg.precision != "auto":
+        return cfg.precision
+    return "bf16" if hw.bf16 else "fp32"
+
+
+def max_length(cfg: TrainConfig, model) -> int:
+    """``train.max_length``, else the model's context length capped at 1024 tokens."""
+    if cfg.max_length is not None:
+        return cfg.max_length
+    context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+    return min(int(context or 1024), 1024)
+
+
+def logging_every(steps: int) -> int:
+    """Log the training loss every this many steps: the largest divisor of ``steps`` up to a fifth
+    of it, so that the last step is logged and the logs cover every step (``stage_loss``)."""
+    return max(d for d in range(1, max(1, steps // 5) + 1) if steps % d == 0)
+
+
+def stage_loss(log_history: list[dict]) -> float | None:
+    """The mean training loss over a stage's steps, from the Trainer's logged losses (each the mean
+    over its interval). A stage resumed from a checkpoint gets the logs before it from the
+    checkpoint, so its loss is the same as if it had never been interrupted."""
+    total, last = 0.0, 0
+    for e in log_history:
+        if "loss" in e:
+            total, last = total + e["loss"] * (e["step"] - last), e["step"]
+    return total / last if last else None
+
+
+def training_args(cfg: TrainConfig, steps: int, seed: int, out: str, length: int, hw: Hardware) -> dict:
+    """The fields shared by ``SFTConfig`` and ``DPOConfig``. Nothing here names a device: the
+    Trainer (or ``accelerate launch``) places the model where the hardware is. With
+    ``train.checkpoint_steps`` the Trainer saves its whole state (weights, optimizer, scheduler,
+    RNG) under ``out`` that often, keeping the latest."""
+    mode = precision(cfg, hw)
+    every = cfg.checkpoint_steps
+    return dict(
+        output_dir=out,
+        max_steps=steps,
+        per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type="cosine",
+        warmup_steps=min(10, max(steps // 10, 0)),
+        logging_steps=logging_every(steps),
+        save_strategy="steps" if every else "no",
+        save_steps=max(every, 1),
+        save_total_limit=1,
+        report_to=[],
+        bf16=mode == "bf16",
+        fp16=mode == "fp16",
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=hw.cuda,  # pinned memory helps only a GPU (and warns without one)
+        disable_tqdm=True,
+        max_length=length,
+    )
+
+
+# Models this large keep TRL's default of activation checkpointing (``train.activation_checkpointing``
+# unset); smaller ones train without it.
+CHECKPOINTING_FROM_PARAMS = 100_000_000
+
+
+def activation_checkpointing(cfg: TrainConfig, model, extra: dict) -> bool:
+    """Whether a phase recomputes activations in the backward pass: its ``extra`` TRL fields
+    (``train.sft_args`` / ``dpo_args``) where they name it, else ``train.activation_checkpointing``,
+    else TRL's default (on) for models of at least ``CHECKPOINTING_FROM_PARAMS`` parameters and
+    off below: a small model's activations take little memory, and recomputing them costs it as
+    much time as the rest of the step. Either way the weights come out the same. TRL calls it
+    ``gradient_checkpointing``, which transformers now names ``activation_checkpointing`` (the old
+    name warns, and the new one wins where both are given: both are passed, the same)."""
+    for name in ("activation_checkpointing", "gradient_checkpointing"):
+        if extra.get(name) is not None:
+            return bool(extra[name])
+    if cfg.activation_checkpointing is not None:
+        return cfg.activation_checkpointing
+    return sum(p.numel() for p in model.parameters()) >= CHECKPOINTING_FROM_PARAMS
+
+
+def resume_point(folder: Path) -> tuple[str, int] | None:
+    """The latest complete Trainer checkpoint under ``folder`` (its ``trainer_state.json``, written
+    last, reads back whole) and its step, or None. Checkpoints a kill cut short are removed."""
+    if not folder.is_dir():
+        return None
+    complete: dict[int, Path] = {}
+    for d in folder.glob("checkpoint-*"):
+        try:
+            step = json.loads((d / "trainer_state.json").read_text())["global_step"]
+            if d.name == f"checkpoint-{step}":
+                complete[step] = d
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        if is_main_process():
+            shutil.rmtree(d, ignore_errors=True)
+    return (str(complete[max(complete)]), max(complete)) if complete else None
+
+
+def _peft_config(cfg: TrainConfig):
+    if not cfg.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def train_version(
+    base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int,
+    adapter: str | None = None, keep_adapter: bool = False, state_dir: Path | None = None,
+) -> TrainResult:
+    """Train ``base`` into ``out``: SFT on ``sft_data`` and/or DPO on ``dpo_data`` per ``cfg.method``.
+
+    ``keep_adapter`` (LoRA): ``out`` holds the adapter alone, not merged weights, so a vLLM server
+    can load it; ``adapter`` continues training an earlier version's adapter on top of ``base``.
+    With no steps or no data the new version is a copy (the version still advances, so every
+    iteration has one version per target).
+
+    ``state_dir`` (with ``train.checkpoint_steps``): where the Trainer keeps its checkpoints, one
+    folder per phase (``sft``, ``dpo``). Called again after a kill, each phase resumes from its
+    latest checkpoint (a finished phase from its last step, so nothing is trained twice) and ends
+    with the same weights and loss as a run never interrupted. The caller removes it when done."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = load_checkpoint(base, dtype=getattr(torch, cfg.dtype))
+    hw, length = Hardware.detect(), max_length(cfg, model)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+    elif keep_adapter:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, _peft_config(cfg.model_copy(update={"lora": True})))
+    plan: list = []
+    if cfg.method in ("sft", "sft+dpo") and sft_data is not None and len(sft_data):
+        plan.append(("sft", sft_data))
+    if cfg.method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
+        plan.append(("dpo", dpo_data))
+    if steps <= 0 or not plan:
+        if is_main_process():
+            save_checkpoint(model, tokenizer, out)
+        return TrainResult(0, None, 0)
+    per_stage = max(1, steps // len(plan))
+    total, loss, examples = 0, None, 0
+    wrapped = adapter is not None or keep_adapter  # the model already carries its adapter
+    peft = None if wrapped else _peft_config(cfg)
+    keep = state_dir is not None and cfg.checkpoint_steps > 0
+    with tempfile.TemporaryDirectory(prefix="flywheel-train-") as tmp:
+        for kind, data in plan:
+            scratch = str(state_dir / kind) if keep else tmp
+            resume, saved_at = (resume_point(Path(scratch)) if keep else None) or (None, 0)
+            if kind == "sft":
+                from trl import SFTConfig, SFTTrainer
+
+                args = SFTConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw),
+                                    "activation_checkpointing": activation_checkpointing(cfg, model, cfg.sft_args),
+                                    "completion_only_loss": True, "packing": False, **cfg.sft_args})
+                trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
+                                     processing_class=tokenizer, peft_config=peft)
+            else:
+                from trl import DPOConfig, DPOTrainer
+
+                args = DPOConfig(**{**training_args(cfg, per_stage, seed, scratch, length, hw), "beta": cfg.dpo_beta,
+                                    "activation_checkpointing": activation_checkpointing(cfg, model, cfg.dpo_args),
+                                    **cfg.dpo_args})
+                trainer = DPOTrainer(model=model, args=args,
+                                     train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
+                                     processing_class=tokenizer, peft_config=peft)
+            trainer.add_callback(progress.trainer_callback(f"train {kind} {out.name}", per_stage))
+            if os.environ.get("FLYWHEEL_TRAINER_LOGS") != "1":  # `flywheel run -v` shows the trainer's log dicts
+                from transformers import PrinterCallback
+
+                trainer.remove_callback(PrinterCallback)
+            if resume:
+                log.info("train %s %s: resuming from %s", kind, out.name, Path(resume).name)
+            if resume and saved_at >= per_stage:
+                # The phase had finished: its last weights, not one step more (as train() would run).
+                from transformers import TrainerState
+
+                trainer._load_from_checkpoint(resume)  # what train(resume_from_checkpoint=...) loads first
+                trainer.state = TrainerState.load_from_json(os.path.join(resume, "trainer_state.json"))
+            else:
+                trainer.train(resume_from_checkpoint=resume)
+            steps_done = trainer.state.global_step
+            total += steps_done
+            loss = stage_loss(trainer.state.log_history)
+            examples += len(data)
+            # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
+            model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
+            log.info("%s %s: %d steps on %d rows, loss %s", kind, out.name, steps_done, len(data),
+                     "n/a" if loss is None else f"{loss:.4f}")  # n/a: sft_args/dpo_args logged no step
+    if is_main_process():  # under accelerate every process trains; one saves
+        save_checkpoint(model, tokenizer, out)
+    return TrainResult(total, loss, examples)

@@ -1,0 +1,148 @@
+"""Leaderboards: a battle log's Bradley-Terry ratings with bootstrap CIs (``rate``), the online Elo
+shown live, and the boards the stages and queries fit the same way over judged battles.
+
+Pure: columns and records in, typed rows out. The ``rating:`` settings come in as any object with
+the fields ``BoardSettings`` names (the config's ``RatingConfig`` is one); this module imports no
+config and no store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from flywheel.ground.records import JudgedBattle
+from flywheel.maths.ratings import (
+    OUTCOME,
+    Rating,
+    RatingReport,
+    bootstrap,
+    cell_counts,
+    center,
+    encode,
+    fit_bt,
+    groups,
+    points_matrix,
+    results,
+    to_elo,
+)
+
+
+class BoardSettings(Protocol):
+    """The ``rating:`` fields a leaderboard is fitted with."""
+
+    bootstrap_rounds: int
+    ci: float
+    scale: float
+    base: float
+    init: float
+    prior: float | None
+
+
+def online_elo(
+    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], k_factor: float = 4.0,
+    scale: float = 400.0, base: float = 10.0, init: float = 1000.0,
+) -> dict[str, float]:
+    """Sequential Elo updates in log order (for live progress; order-dependent by design)."""
+    r: dict[str, float] = {}
+    for ma, mb, w in zip(model_a, model_b, winner):
+        ra, rb = r.setdefault(ma, init), r.setdefault(mb, init)
+        ea = 1.0 / (1.0 + base ** ((rb - ra) / scale))
+        delta = k_factor * (OUTCOME[w] - ea)
+        r[ma], r[mb] = ra + delta, rb - delta
+    return r
+
+
+def rate(
+    model_a: Sequence[str],
+    model_b: Sequence[str],
+    winner: Sequence[str],
+    rounds: int = 100,
+    ci: float = 0.95,
+    seed: int = 0,
+    scale: float = 400.0,
+    base: float = 10.0,
+    init: float = 1000.0,
+    anchor: tuple[str, float] | None = None,
+    prior: float | None = None,
+    fold_names: bool = False,
+) -> RatingReport:
+    """Ratings with bootstrap CIs (best first), the win-rate and battle-count matrices, warnings.
+
+    Rank = 1 + the number of models in the same group whose lower bound is above this model's
+    upper bound. Zero battles give an empty report."""
+    if len(model_a) == 0:
+        return RatingReport([], [], [], [], ["no battles to rate"])
+    models, a, b, y = encode(model_a, model_b, winner, fold_names)
+    k = len(models)
+    cells, counts = cell_counts(k, a, b, y)
+    w = points_matrix(k, cells, counts)
+    n = w + w.T
+    label = groups(n)
+    anchor_ix = None
+    if anchor is not None:
+        if anchor[0] not in models:
+            raise ValueError(f"anchor model {anchor[0]!r} has no battles in this log")
+        anchor_ix = (models.index(anchor[0]), (anchor[1] - init) * math.log(base) / scale)
+    theta = fit_bt(w, prior)
+    point = to_elo(center(theta, label, anchor_ix), scale, base, init)
+    if rounds > 0:
+        boots = to_elo(center(bootstrap(k, cells, counts, rounds, seed, prior, start=theta), label, anchor_ix),
+                       scale, base, init)
+        lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
+        upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
+    else:
+        lower, upper = point.copy(), point.copy()
+    wins, losses, ties = results(k, cells, counts)
+    battles = wins + losses + ties
+    n_groups = int(label.max()) + 1
+    warnings = []
+    if n_groups > 1:
+        warnings.append(f"the comparison graph has {n_groups} disconnected groups of models; ratings compare "
+                        "only within a group (column 'group')")
+    rows = []
+    for i, m in enumerate(models):
+        same = label == label[i]
+        note = ("never lost" if losses[i] == 0 and wins[i] > 0 else
+                "never won" if wins[i] == 0 and losses[i] > 0 else "")
+        rows.append(Rating(
+            model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
+            upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
+            battles=int(battles[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
+            group=int(label[i]) + 1, note=note,
+        ))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate_m = np.where(n > 0, w / np.where(n > 0, n, 1), np.nan)
+    win_rate = [[None if math.isnan(x) else round(float(x), 4) for x in row] for row in rate_m]
+    order = sorted(rows, key=lambda r: (r.group, -r.rating, r.model))
+    return RatingReport(order, models, win_rate, n.astype(int).tolist(), warnings)
+
+
+def leaderboard(model_a, model_b, winner, rounds=100, ci=0.95, seed=0, scale=400.0, base=10.0, init=1000.0,
+                **kw) -> list[Rating]:
+    """Just the rows of ``rate``."""
+    return rate(model_a, model_b, winner, rounds, ci, seed, scale, base, init, **kw).ratings
+
+
+def columns(rows: Iterable[JudgedBattle]) -> tuple[list[str], list[str], list[str]]:
+    """The (model_a, model_b, winner) columns of judged battles; a battle of a version against
+    itself (self-play in the first iteration) says nothing about ratings and is left out."""
+    rows = [r for r in rows if r.battle.model_a != r.battle.model_b]
+    return [r.battle.model_a for r in rows], [r.battle.model_b for r in rows], [r.winner for r in rows]
+
+
+def board(rows: Iterable[JudgedBattle], rating: BoardSettings, seed: int) -> list[Rating]:
+    """The configured Bradley-Terry leaderboard (``rating:``) of judged battles."""
+    return leaderboard(*columns(rows), rating.bootstrap_rounds, rating.ci, seed, rating.scale, rating.base,
+                       rating.init, prior=rating.prior)
+
+
+def category_boards(rows: Iterable[JudgedBattle], rating: BoardSettings, seed: int) -> dict[str, list[dict]]:
+    """A leaderboard per task category (as dicts, categories sorted)."""
+    by_cat: dict[str, list[JudgedBattle]] = {}
+    for r in rows:
+        by_cat.setdefault(r.battle.category, []).append(r)
+    return {c: [x.to_dict() for x in board(rows, rating, seed)] for c, rows in sorted(by_cat.items())}

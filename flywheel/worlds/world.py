@@ -1,0 +1,191 @@
+"""The arena's world: the prompt pools and the roster of players (with target versions)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from flywheel.ground.chat import template_hash, template_of, uses_chat
+from flywheel.ground.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
+from flywheel.ground.records import PlayerVersion, Prompt, stable_id
+from flywheel.ground.store import RunStore
+from flywheel.learning.allocation import Allocation, equal, gpu_memory_shares
+from flywheel.players import Player, SamplingParams, resolve
+from flywheel.players.api import Budget
+from flywheel.players.base import PlayerSetup
+from flywheel.players.registry import player_from_config
+from flywheel.worlds.game_pools import game_splits
+from flywheel.worlds.prompts import bad_rows_message, ingest
+from flywheel.worlds.tasks import build_suite, meaning, take_validation
+
+
+class Splits(NamedTuple):
+    """The three disjoint prompt splits: ``train`` (battles), ``eval`` (reported only) and
+    ``validation`` (what steers a run: allocation signals, merge weights)."""
+
+    train: list[Prompt]
+    eval: list[Prompt]
+    validation: list[Prompt]
+
+
+@functools.lru_cache(maxsize=4)
+def _suite(seed: int, train_per_cell: int, eval_per_cell: int, val_per_cell: int, cats: tuple, levels: tuple) -> Splits:
+    train, evals = build_suite(seed, train_per_cell, eval_per_cell, cats, levels)
+    train, validation = take_validation(train, val_per_cell)
+    return Splits(train, evals, validation)
+
+
+def prompt_pools(tasks: TaskSuiteConfig) -> Splits:
+    """The embedded task suite's three splits."""
+    return _suite(tasks.seed, tasks.train_per_cell, tasks.eval_per_cell, tasks.val_per_cell, tuple(tasks.categories),
+                  tuple(tasks.levels))
+
+
+def world_pools(world: WorldConfig) -> Splits:
+    """The world's splits: a games world's start positions; else the task suite's splits, the
+    user prompt pools added to train. A pool prompt that repeats
+    an eval, validation or earlier prompt is dropped, and so is a twin of an eval or validation
+    prompt (tasks.meaning); a bad row fails with its file and line
+    unless the pool says ``skip_bad``."""
+    if world.kind == "games":
+        return Splits(*game_splits(world.games))
+    train, evals, validation = prompt_pools(world.tasks)
+    if not world.prompt_pools:
+        return Splits(train, evals, validation)
+    seen = {" ".join(p.text.split()) for p in train + evals + validation}
+    held = {(p.category, meaning(p.category, p.text)) for p in evals + validation}  # their twins too
+    train = list(train)
+    for pool in world.prompt_pools:
+        got = ingest(pool.path, pool.layout, pool.category, True, seen)
+        if got.bad and not pool.skip_bad:
+            raise ValueError(f"prompt pool {pool.path}: {bad_rows_message(got.bad)}")
+        train += [p for p in got.prompts if (p.category, meaning(p.category, " ".join(p.text.split()))) not in held]
+    return Splits(train, evals, validation)
+
+
+class PlayerPool:
+    """The players a run has loaded, by what their answers depend on (kind and identity): one
+    model in memory however many arena names share its weights. ``release()`` closes them all
+    (after a version is replaced on disk, or a vLLM engine must restart with a new share)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[tuple[str, str], Player] = {}
+
+    def get(self, key: tuple[str, str], build: Callable[[], Player]) -> Player:
+        if key not in self._loaded:
+            self._loaded[key] = build()
+        return self._loaded[key]
+
+    def release(self) -> None:
+        for p in self._loaded.values():
+            p.close()
+        self._loaded.clear()
+
+
+@dataclass
+class Roster:
+    """Maps arena names (``calc``, ``student@2``) to player configs, paths and loaded players."""
+
+    cfg: FlywheelConfig
+    store: RunStore
+    _by_name: dict[str, PlayerConfig] = field(init=False)
+    budget: object = field(init=False)
+    pool: PlayerPool = field(init=False, default_factory=PlayerPool)
+
+    def __post_init__(self) -> None:
+        self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
+        spent = sum(r.get("cost_usd", 0.0) for r in self.store.read_jsonl("usage.jsonl"))
+        self.budget = Budget(self.cfg.budget.max_usd, spent)  # a resumed run remembers what it spent
+
+    @property
+    def targets(self) -> list[str]:
+        return [p.name for p in self.cfg.targets]
+
+    @property
+    def opponents(self) -> list[str]:
+        return [p.name for p in self.cfg.opponents]
+
+    def config(self, player: str) -> PlayerConfig:
+        return self._by_name[PlayerVersion.parse(player).name]
+
+    def path(self, player: str) -> str:
+        """Local weights of a player version (a target's training base)."""
+        base, k = PlayerVersion.parse(player)
+        if k:  # a trained version lives in the run directory
+            return str(self.store.model_dir(player))
+        pc = self._by_name[base]
+        return pc.path or str(Path(self.cfg.world.models_dir) / base)
+
+    def identity(self, player: str) -> str:
+        """What the player's answers depend on, for the generation cache: its weights (and how it
+        is asked: chat template, system prompt, stop strings), or for an API player its model,
+        endpoints, system prompt and stop strings (a served target version is its own LoRA model)."""
+        pc = self.config(player)
+        if pc.kind in ("openai", "anthropic"):
+            base = f"{pc.kind}:{self.api_model(player)}@{','.join(pc.base_urls)}"
+        else:
+            base = f"{pc.kind}:{self.path(player)}"
+            if self.is_chat(player):
+                base += f"|chat:{template_hash(template_of(self.path(player)))}"
+        if pc.system_prompt:
+            base += f"|system:{stable_id(pc.system_prompt)}"
+        if pc.stop:
+            base += f"|stop:{stable_id(*pc.stop)}"
+        return base
+
+    def is_chat(self, player: str) -> bool:
+        """Whether the player is asked (and, as a target, trained) in conversations: by its chat
+        setting and the tokenizer of its weights (flywheel/ground/chat.py), which TRL trains with and a
+        vLLM server serves with; an API player without local weights always chats."""
+        pc = self.config(player)
+        if pc.kind not in ("transformers", "vllm") and not pc.path:
+            return True
+        return uses_chat(template_of(self.path(player)), pc.chat, player)
+
+    def api_model(self, player: str) -> str | None:
+        pc = self.config(player)
+        k = PlayerVersion.parse(player).k
+        return player if (pc.serve_lora and k) else pc.model
+
+    def params(self, player: str) -> SamplingParams:
+        pc = self.config(player)
+        return SamplingParams(pc.max_new_tokens, pc.temperature, self.cfg.run.seed, tuple(pc.stop))
+
+    def player(self, player: str) -> Player:
+        """The loaded player for an arena name (loaded once into the pool; arena names that share
+        weights share it, so a player object's own ``name`` is whichever loaded it first)."""
+        pc = self.config(player)
+        return self.pool.get((pc.kind, self.identity(player)), lambda: self.build(pc, player))
+
+    def player_class(self, player: str) -> type[Player]:
+        """The class of a player's kind (for its capabilities), without loading it."""
+        return resolve(self.config(player).kind)
+
+    def build(self, pc: PlayerConfig, name: str) -> Player:
+        """A new player from its config through its kind's ``from_config`` (arena players, and
+        the judge's model)."""
+        in_arena = PlayerVersion.parse(name).name in self._by_name
+        setup = PlayerSetup(path=self.path(name) if in_arena else pc.path,
+                            model=self.api_model(name) if in_arena else pc.model, budget=self.budget,
+                            seed=self.cfg.run.seed,
+                            gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
+        return player_from_config(pc, name, setup)
+
+    def gpu_memory(self, player: str) -> float:
+        """An in-process vLLM engine's GPU-memory fraction. With ``allocate.gpu_memory``, a target
+        version k gets the share of the latest allocation on disk for it (after iteration k, else
+        the one it was trained under; equal shares before any); otherwise its own setting."""
+        pc = self.config(player)
+        base, k = PlayerVersion.parse(player)
+        alloc = self.cfg.allocate
+        if alloc.gpu_memory is None or base not in self.targets:
+            return pc.gpu_memory_utilization
+        for i in [i for i in (k or 0, (k or 0) - 1) if i >= 0]:
+            data = self.store.stage_json(i, "allocate")
+            got = Allocation.from_json(data).gpu_memory if data else None
+            if got and base in got:
+                return got[base]
+        return gpu_memory_shares(alloc, equal(self.targets))[base]

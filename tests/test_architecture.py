@@ -1,0 +1,70 @@
+"""The architecture's rules are import-linter contracts (pyproject.toml, [tool.importlinter]): the
+tree keeps them, and a deliberately bad import breaks the one it should."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(root: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "300"}  # one contract a line
+    return subprocess.run([str(LINT), "--no-cache", "--config", str(root / "pyproject.toml")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def copy_tree(dst: Path) -> Path:
+    for part in ("flywheel", "judges", "flows"):
+        shutil.copytree(ROOT / part, dst / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    return dst
+
+
+def test_the_tree_keeps_every_contract():
+    p = lint(ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert " broken" in p.stdout and "0 broken" in p.stdout
+
+
+@pytest.mark.parametrize("module, bad_import, contract", [
+    # the face reaching into a stage for its leaderboard helpers (as queries.py once did)
+    ("flywheel/face/queries.py", "from flywheel.stages import rate", "The CLI asks queries"),
+    # the config checking a judge template itself (as config_parts.py once did)
+    ("flywheel/ground/config_parts.py", "import judges.llm", "Config and records know no judge"),
+    # maths reading the store
+    ("flywheel/maths/bandits.py", "from flywheel.ground.store import RunStore", "Maths is pure"),
+    # a stage importing Prefect
+    ("flywheel/stages/rate.py", "import prefect", "Stages run without Prefect"),
+])
+def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract):
+    root = copy_tree(tmp_path)
+    path = root / module
+    path.write_text(path.read_text() + f"\n{bad_import}  # deliberately bad\n")
+    p = lint(root)
+    assert p.returncode != 0, p.stdout
+    broken = [line for line in p.stdout.splitlines() if line.endswith("BROKEN")]
+    assert any(line.startswith(contract) for line in broken), p.stdout
+
+
+def test_old_module_paths_still_import_as_the_same_modules():
+    """A saved config's ``module:Class`` and a user's imports of the flat layout keep working."""
+    import flywheel.store
+
+    import flywheel.ground.store
+    import flywheel.players.reference
+    from flywheel.players.registry import resolve
+
+    assert flywheel.store is flywheel.ground.store
+    assert resolve("flywheel.games.reference:RandomMover") is flywheel.players.reference.RandomMover
+    # python -m through an old path runs the module's code (the ``accelerate launch -m`` form)
+    p = subprocess.run([sys.executable, "-m", "flywheel.interrupt"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
