@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import statistics
 import tempfile
 import time
@@ -212,6 +213,10 @@ def summarize(name: str, ratios: list[float], marks: list[str]) -> str:
 
 def main() -> None:
     args = parse_args()
+    from flywheel.face.cli import QUIET_ENV
+
+    for key, value in QUIET_ENV.items():  # no progress bars (the spawned runs inherit these)
+        os.environ.setdefault(key, value)
     seeds, worlds = args.seeds, worlds_of(args)
     lrs = [float(x) for x in args.lrs.split(",")]
     targets = [(f"t{i + 1}", lr) for i, lr in enumerate(lrs)]

@@ -333,7 +333,10 @@ def main() -> None:
     ap.add_argument("--sim-only", action="store_true")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra flywheel --set overrides")
     args = ap.parse_args()
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flywheel.face.cli import QUIET_ENV
+
+    for key, value in {**QUIET_ENV, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}.items():
+        os.environ.setdefault(key, value)  # no progress bars (the spawned runs inherit these)
     seeds = parse_seeds(args.seeds)
     part1(seeds if len(seeds) >= 5 else list(range(5)))
     if args.sim_only:
