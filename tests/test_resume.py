@@ -170,3 +170,44 @@ def test_a_run_killed_alone_leaves_no_process_behind(tiny_config, cli_env):
     proc.stderr.close()
     _, alive = psutil.wait_procs(children, timeout=20)
     assert not alive, [" ".join(c.cmdline()) for c in alive]
+
+
+def test_resume_extends_a_finished_run_with_run_iterations_and_refuses_anything_else(tiny_config, cli_env):
+    """``--resume DIR --set run.iterations=N`` extends a finished run (and config.yaml keeps N for a
+    later plain --resume); a recipe or any other --set with --resume is one error line naming them,
+    exit 2, nothing written; N below the iterations done is refused too."""
+    import yaml
+
+    cfg, path = tiny_config(run__name="extended", run__iterations=1, select__battles_per_iteration=16, train__steps=2)
+    run_dir = cfg.run.root / "extended"
+    cli = [sys.executable, "-m", "flywheel.cli", "run"]
+    first = subprocess.run(cli + [str(path)], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    def snapshot():
+        return {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p.name != ".lock"}
+
+    before = snapshot()
+    for extra in ([str(path)], ["--set", "select.policy=uniform"], [str(path), "--set", "run.iterations=2",
+                                                                     "--set", "train.steps=9"]):
+        refused = subprocess.run(cli + extra + ["--resume", str(run_dir)], env=cli_env, capture_output=True, text=True,
+                                 timeout=120)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --resume"), refused.stderr
+        named = [f"CONFIG {path}"] if str(path) in extra else []
+        named += [f"--set {s}" for s in extra if s.startswith(("select.", "train."))]
+        assert all(n in lines[0] for n in named) and "run.iterations=2" not in lines[0].split("not:")[1], lines[0]
+    assert snapshot() == before, "a refused --resume wrote something"
+
+    extended = subprocess.run(cli + ["--set", "run.iterations=2", "--resume", str(run_dir)], env=cli_env,
+                              capture_output=True, text=True, timeout=600)
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [e["iteration"] for e in summary["iterations"]] == [0, 1, 2]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["run"]["iterations"] == 2  # a plain --resume keeps it
+
+    fewer = subprocess.run(cli + ["--set", "run.iterations=1", "--resume", str(run_dir)], env=cli_env,
+                           capture_output=True, text=True, timeout=120)
+    assert fewer.returncode == 2 and fewer.stderr.strip().splitlines() == [
+        "error: --set run.iterations=1: the run has already done 2 iteration(s); give at least 2"], fewer.stderr

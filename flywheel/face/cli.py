@@ -17,8 +17,8 @@ from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fai
 from flywheel.face.cli_rate import rate_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
-from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
-from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
+from flywheel.ground.config_io import ConfigError, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.maths.ratings import Rating
 from judges.guard import JudgeGuardError
@@ -66,7 +66,9 @@ def _options(
 def run(
     config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
-    resume: Annotated[Optional[Path], typer.Option(help="Continue this killed or finished run.")] = None,
+    resume: Annotated[Optional[Path], typer.Option(help="Continue this killed or finished run with its own "
+                                                   "config.yaml; only --set run.iterations=N (to extend it) may "
+                                                   "go with it.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON object: run_dir, summary, config "
                                           "(paths), iterations (completed), instead of the report.")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Also print Prefect's flow and task states and "
@@ -75,20 +77,20 @@ def run(
     """Run the flywheel: baseline evaluation, then the configured iterations."""
     _console(verbose)
     try:
-        cfg = load_config(config, set_)
+        cfg = load_config(config, set_) if resume is None else _resume_config(resume, config, set_)
     except ConfigError as e:
         fail(str(e))
-    if resume is not None and not (resume / "config.yaml").is_file():
-        fail(f"--resume {resume}: not a run directory (no config.yaml)")
-    _refuse_problems(load_config(resume / "config.yaml") if resume is not None else cfg)
+    _refuse_problems(cfg)
     if resume is not None:  # in use: say so at once, before Prefect starts (the flow checks again)
-
         probe = RunStore(resume)
         try:
             probe.lock()
         except RunLockedError as e:
             fail(str(e), IN_USE)
-        probe.unlock()
+        try:
+            _extend(resume / "config.yaml", cfg.run.iterations)
+        finally:
+            probe.unlock()
     import logging
 
     from flows.flywheel_flow import run_flywheel  # lazy: Prefect and torch, only for a run
@@ -112,6 +114,42 @@ def run(
                                "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
         return
     _print_result(run_dir)
+
+
+# What --set may change on --resume: the run goes on with its own config.yaml otherwise.
+RESUME_SETTABLE = ("run.iterations",)
+
+
+def _resume_config(resume: Path, config: Path | None, set_: list[str]):
+    """The config a ``--resume`` goes on with: the run's own config.yaml, with ``run.iterations``
+    raised if ``--set`` asks (at least the iterations already done). A recipe or any other
+    ``--set`` is refused, naming them, rather than silently ignored."""
+    if not (resume / "config.yaml").is_file():
+        raise ConfigError(f"--resume {resume}: not a run directory (no config.yaml)")
+    refused = [f"CONFIG {config}"] if config is not None else []
+    overrides = parse_overrides(set_)
+    refused += [f"--set {raw}" for raw, (key, _) in zip(set_, overrides) if key not in RESUME_SETTABLE]
+    if refused:
+        raise ConfigError(f"--resume goes on with the run's own config.yaml; it takes only --set run.iterations=N "
+                          f"(to extend the run), not: {', '.join(refused)}")
+    cfg = load_config(resume / "config.yaml", set_)
+    done = [e.get("iteration") for e in (read_json(resume / "summary.json") or {}).get("iterations", [])]
+    last = max(done, default=0)
+    if cfg.run.iterations < last:
+        raise ConfigError(f"--set run.iterations={cfg.run.iterations}: the run has already done {last} "
+                          f"iteration(s); give at least {last}")
+    return cfg
+
+
+def _extend(path: Path, iterations: int) -> None:
+    """Write ``run.iterations`` into a run's config.yaml (only it: the rest stays as written), so
+    that a later plain ``--resume`` keeps the extension."""
+    import yaml
+
+    tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if tree.get("run", {}).get("iterations") != iterations:
+        tree.setdefault("run", {})["iterations"] = iterations
+        atomic_write_text(path, yaml.safe_dump(tree, sort_keys=False))
 
 
 def _console(verbose: bool) -> None:
