@@ -96,3 +96,66 @@ def test_bandit_is_another_name_for_the_select_section(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match="select.policy"):
         load_config(None, ["bandit.policy=greedy"])
+
+
+def _bad_inputs(tmp_path):
+    """(arguments, the one error line expected) for bad inputs caught before anything is written."""
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes("run:\n  name: caf\u00e9\n".encode("latin-1"))
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("run:\n  iterations: 2\ntrain:\n  steps: 3\nrun:\n  seed: 1\n")
+    inner = tmp_path / "inner.yaml"
+    inner.write_text("train:\n  steps: 3\n  lora: true\n  steps: 4\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder\n")
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    no_weights = tmp_path / "no-weights"
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text("{}")
+    (no_weights / "tokenizer.json").write_text("{}")
+    api = "opponents.0={name: gpt, kind: openai, model: m, base_urls: [%s]}"
+    return [
+        ([str(latin)], f"error: {latin}: not UTF-8 text (byte 0xe9 at offset 16); save it as UTF-8"),
+        ([str(twice)], f"error: {twice}: key 'run' at line 5 repeats the one at line 1 in the same mapping; give it once"),
+        ([str(inner)], f"error: {inner}: key 'steps' at line 4 repeats the one at line 2 in the same mapping; give it once"),
+        (["--set", f"world.models_dir={a_file}"], f"error: world.models_dir: {a_file} is a file, not a directory"),
+        (["--set", f"run.cache_dir={a_file}"], f"error: run.cache_dir: {a_file} is a file, not a directory"),
+        (["--set", f"targets.0.path={empty}"], f"error: targets.0 (student): path {empty} holds no model (no config.json)"),
+        (["--set", f"targets.0.path={no_weights}"],
+         f"error: targets.0 (student): path {no_weights} holds no model (no weights: no *.safetensors, *.bin file)"),
+        (["--set", f"targets.0.path={a_file}"],
+         f"error: targets.0 (student): path {a_file} holds no model (a file, not a checkpoint folder)"),
+        (["--set", api % "localhost:8000/v1"], "error: opponents.0 (gpt): base_urls.0 'localhost:8000/v1' is not an "
+         "http(s) URL with a host (e.g. http://127.0.0.1:8000/v1)"),
+        (["--set", api % "'http://:8000/v1'"], "error: opponents.0 (gpt): base_urls.0 'http://:8000/v1' is not an "
+         "http(s) URL with a host (e.g. http://127.0.0.1:8000/v1)"),
+    ]
+
+
+def test_bad_input_is_one_error_line_exit_2_and_no_run_directory(tmp_path, cli_env):
+    """Each bad input: `flywheel run` says it in one error: line (exit 2, no traceback) and writes no
+    run directory; `flywheel check` says the same."""
+    from typer.testing import CliRunner
+
+    from flywheel.face.cli import app
+
+    root = tmp_path / "runs"
+    for args, line in _bad_inputs(tmp_path):
+        args = args + ["--set", f"run.root={root}"]
+        check = CliRunner().invoke(app, ["check", *args])
+        assert check.exit_code == 2 and check.stderr.strip() == line, check.output
+        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *args], capture_output=True, text=True,
+                              env=cli_env, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.strip() == line, proc.stderr
+        assert not root.exists()
+
+
+def test_a_key_repeated_in_a_list_of_mappings_or_a_merge_key_is_not_a_repeat(tmp_path):
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("opponents:\n  - &a {name: a, kind: random}\n  - <<: *a\n    name: b\n")
+    assert [(p.name, p.kind) for p in load_config(ok).opponents] == [("a", "random"), ("b", "random")]
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("opponents:\n  - {name: a, kind: random, kind: minimax}\n")
+    with pytest.raises(ConfigError, match="key 'kind' at line 2 repeats the one at line 2"):
+        load_config(twice)

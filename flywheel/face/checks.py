@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from flywheel.ground.chat import template_of
 from flywheel.ground.config import FlywheelConfig, PlayerConfig
@@ -50,9 +51,47 @@ def player_problems(where: str, pc: PlayerConfig) -> list[str]:
             if pc.path.count("/") != 1 or pc.path.startswith((".", "/", "~")):  # not org/name on the hub
                 hint = f" (make it: flywheel models add {path.name})" if path.name in KNOWN else ""
                 out.append(f"{name}: path {pc.path} does not exist{hint}")
+        elif (pc.kind in LOCAL_KINDS or where.startswith("targets.")) and (missing := not_a_model(path)):
+            out.append(f"{name}: path {pc.path} holds no model ({missing})")
         elif pc.kind in LOCAL_KINDS and pc.chat == "on" and template_of(path) is None:
             out.append(f"{name}: chat is 'on' but {pc.path} has no chat template (set chat: auto to ask it in raw text)")
+    for i, url in enumerate(pc.base_urls):
+        if not is_http_url(url):
+            out.append(f"{name}: base_urls.{i} {url!r} is not an http(s) URL with a host "
+                       "(e.g. http://127.0.0.1:8000/v1)")
     return out
+
+
+def is_http_url(url: str) -> bool:
+    """http(s), with a host, and a port (if any) that is a number."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError on a port that is not a number)
+    except ValueError:  # e.g. an unclosed [ or a port that is not a number
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack")
+
+
+def not_a_model(path: Path) -> str | None:
+    """What a local checkpoint folder lacks (a config, weights), or None when it holds one; read
+    without loading anything. A LoRA adapter's folder counts."""
+    if not path.is_dir():
+        return "a file, not a checkpoint folder"
+    if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+        return "no config.json"
+    if not any(f.suffix in WEIGHTS and f.is_file() for f in path.iterdir()):
+        return f"no weights: no {', '.join('*' + w for w in WEIGHTS[:2])} file"
+    return None
+
+
+def directory_problems(cfg: FlywheelConfig) -> list[str]:
+    """Folders a run writes into (created when missing) must not be files."""
+    dirs = {"run.root": cfg.run.root, "run.cache_dir": cfg.run.cache_dir, "world.models_dir": cfg.world.models_dir}
+    return [f"{field}: {path} is a file, not a directory" for field, path in dirs.items()
+            if path is not None and Path(path).exists() and not Path(path).is_dir()]
 
 
 def template_problems(cfg: FlywheelConfig) -> list[str]:
@@ -69,7 +108,8 @@ def template_problems(cfg: FlywheelConfig) -> list[str]:
 
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
-    out = [line for where, pc in players(cfg) for line in player_problems(where, pc)]
+    out = directory_problems(cfg)
+    out += [line for where, pc in players(cfg) for line in player_problems(where, pc)]
 
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
                  "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}

@@ -83,6 +83,30 @@ def _resolve_aliases(tree: dict[str, Any], where: str) -> dict[str, Any]:
     return tree
 
 
+class RepeatedKeyError(yaml.YAMLError):
+    """A key given twice in one YAML mapping (plain YAML keeps the last and drops the first silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key repeated in one mapping, naming it and its line."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may come more than once
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise RepeatedKeyError(f"key {key!r} at line {line} repeats the one at line {seen[key]} in the "
+                                           "same mapping; give it once")
+                seen[key] = line
+            except TypeError:  # an unhashable key: the base class says so
+                break
+        return super().construct_mapping(node, deep)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> FlywheelConfig:
     """Load YAML (or the embedded default when ``path`` is None), apply ``--set`` overrides."""
     tree: dict[str, Any] = {}
@@ -91,7 +115,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
         try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+            loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                              "save it as UTF-8") from None
+        except RepeatedKeyError as e:
+            raise ConfigError(f"{p}: {e}") from None
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
