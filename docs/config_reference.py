@@ -46,7 +46,8 @@ command line (values are read as YAML), list items by index (`--set world.models
 The section `select` also answers to `bandit` (`--set bandit.policy=ucb`). An unknown key or a bad
 value stops the command before anything is written, exit 2, naming the field
 (`error: invalid config: train.steps: Input should be greater than or equal to 0`).
-`flywheel check CONFIG` checks a config without running it.
+`flywheel check CONFIG` checks a config without running it; `flywheel config show [CONFIG] [--set ...]`
+prints it resolved (every field, as YAML) and `flywheel config schema` its JSON schema.
 
 How the sections are used: [worlds](worlds.md), [players](players.md), [judges](judges.md),
 [selection](selection.md), [ratings](ratings.md), [training and allocation](training.md),

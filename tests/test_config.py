@@ -159,3 +159,26 @@ def test_a_key_repeated_in_a_list_of_mappings_or_a_merge_key_is_not_a_repeat(tmp
     twice.write_text("opponents:\n  - {name: a, kind: random, kind: minimax}\n")
     with pytest.raises(ConfigError, match="key 'kind' at line 2 repeats the one at line 2"):
         load_config(twice)
+
+
+def test_config_show_prints_the_resolved_config_and_schema_the_json_schema(tmp_path):
+    import json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from flywheel.face.cli import app
+
+    shown = CliRunner().invoke(app, ["config", "show"])
+    assert shown.exit_code == 0 and load_config(None) == FlywheelConfig.model_validate(yaml.safe_load(shown.stdout))
+    recipe = tmp_path / "my.yaml"
+    recipe.write_text("run: {iterations: 5}\n")
+    shown = CliRunner().invoke(app, ["config", "show", str(recipe), "--set", "train.steps=7"])
+    tree = yaml.safe_load(shown.stdout)
+    assert (tree["run"]["iterations"], tree["train"]["steps"]) == (5, 7)
+    assert FlywheelConfig.model_validate(tree) == load_config(recipe, ["train.steps=7"])
+    bad = CliRunner().invoke(app, ["config", "show", "--set", "train.steps=-1"])
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: invalid config:") and "train.steps" in bad.stderr
+
+    schema = CliRunner().invoke(app, ["config", "schema"])
+    assert schema.exit_code == 0 and json.loads(schema.stdout) == FlywheelConfig.model_json_schema()

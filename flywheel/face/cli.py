@@ -18,7 +18,7 @@ from flywheel.face.cli_rate import rate_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
-from flywheel.ground.config_io import ConfigError, load_config, parse_overrides
+from flywheel.ground.config_io import ConfigError, dump_config, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.maths.ratings import Rating
 from judges.guard import JudgeGuardError
@@ -44,6 +44,8 @@ app = typer.Typer(no_args_is_help=True, help="Bandit-driven Arena Learning flywh
                   "process (try again later).")
 app.add_typer(data_app, name="data")
 app.add_typer(models_app, name="models")
+config_app = typer.Typer(no_args_is_help=True, help="The config: resolved as YAML, or its JSON schema.")
+app.add_typer(config_app, name="config")
 
 
 def _version(value: bool) -> None:
@@ -184,6 +186,28 @@ def check(
         fail(str(e))
     _refuse_problems(cfg)
     typer.echo(f"ok: {config or 'the embedded default'} is ready to run")
+
+
+@config_app.command("show")
+def config_show(
+    config: Annotated[Optional[Path], typer.Argument(help="Recipe YAML; default: the embedded world.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
+) -> None:
+    """Print the resolved config (a recipe over the defaults, then the --set overrides) as YAML:
+    every field, as a run would write it to its config.yaml."""
+    try:
+        cfg = load_config(config, set_)
+    except ConfigError as e:
+        fail(str(e))
+    typer.echo(dump_config(cfg), nl=False)
+
+
+@config_app.command("schema")
+def config_schema() -> None:
+    """Print the config's JSON schema (for an editor's YAML completion and checks)."""
+    from flywheel.ground.config import FlywheelConfig
+
+    typer.echo(json.dumps(FlywheelConfig.model_json_schema(), indent=2))
 
 
 def _print_result(run_dir: Path) -> None:
