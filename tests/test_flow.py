@@ -88,6 +88,24 @@ def test_same_seed_same_results_on_any_machine(finished_run, tiny_models_dir):
     check_golden("flow", finished_run.root, tiny_models_dir)
 
 
+def test_another_cpus_training_still_compares_what_the_shipped_models_made(finished_run, tiny_models_dir,
+                                                                           tmp_path, monkeypatch):
+    """Where this CPU trained other weights than the fixture machine's, the golden check compares
+    iteration 1's battles, verdicts and datasets and iteration 0 (and warns); a change there fails."""
+    import tests.test_flow as me
+
+    golden = json.loads(GOLDEN.read_text())
+    other = dict(golden["flow"], trained="another-cpu", iterations={**golden["flow"]["iterations"], "2": {}})
+    monkeypatch.setattr(me, "GOLDEN", tmp_path / "golden.json")
+    me.GOLDEN.write_text(json.dumps({"flow": other}))
+    with pytest.warns(RuntimeWarning, match="trained other weights"):
+        check_golden("flow", finished_run.root, tiny_models_dir)  # iteration 2 differs: not compared
+    other["log"] = {**other["log"], "1/train": [0, "changed"]}
+    me.GOLDEN.write_text(json.dumps({"flow": other}))
+    with pytest.warns(RuntimeWarning), pytest.raises(AssertionError):
+        check_golden("flow", finished_run.root, tiny_models_dir)
+
+
 def test_the_category_table_puts_every_target_version_next_to_every_opponent(finished_run):
     from flywheel.ground import reports
 
