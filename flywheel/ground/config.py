@@ -4,6 +4,7 @@ YAML, with overrides, is ``config_io``."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -187,8 +188,73 @@ class CurateConfig(Strict):
                               "1 better, 2 much better; a verifier's score difference).")
 
 
+Method = Literal["sft", "dpo", "sft+dpo", "grpo", "sft+grpo", "reward"]
+# Methods that train the target by reinforcement learning, on rewards (train.rl).
+RL_METHODS = ("grpo", "sft+grpo")
+
+
+class RLConfig(Strict):
+    """GRPO (``train.method: grpo`` or ``sft+grpo``): the target samples ``generations`` answers to
+    each prompt the select stage chose for it this iteration, a reward scores each answer, and TRL's
+    GRPOTrainer moves the target toward the answers that beat their group's mean."""
+
+    reward: str = Field("verifier", description="What scores an answer: verifier (the world's reference check, "
+                        "judge.verifier's settings), judge (the run's judge, against the best opponent's answer to "
+                        "the prompt from the battle log: 1 a win, 0.5 a tie, 0 a loss), reward_model (a reward "
+                        "model: train.rl.reward_model, else the latest a train.method reward iteration made), or "
+                        "module:function (prompts, completions, **columns) -> list of float or None). An answer "
+                        "whose reward fails (an API error, an unparseable verdict) is recorded and left out, never "
+                        "scored 0.")
+    reward_model: str | None = Field(None, description="reward_model: the reward model's folder (a run's "
+                                     "reward-models/<target>@<k>, or any sequence-classification checkpoint).")
+    generations: int = Field(8, ge=2, description="Answers sampled per prompt (a GRPO group); train.batch_size must "
+                             "be a multiple of it.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of the answers.")
+    beta: float = Field(0.0, ge=0, description="KL penalty toward the version trained from (0: none, no reference "
+                        "model kept).")
+    learning_rate: float | None = Field(None, gt=0, description="GRPO's peak learning rate (default "
+                                        "train.learning_rate).")
+    max_completion_length: int | None = Field(None, ge=1, description="Longest sampled answer in tokens (default: "
+                                              "the target's max_new_tokens).")
+    use_vllm: bool = Field(False, description="Sample through vLLM (TRL's use_vllm, server mode against the "
+                           "target's first base_url, a `trl vllm-serve` server); CUDA only.")
+    args: dict[str, Any] = Field({}, description="Extra trl.GRPOConfig fields (override the ones built here), e.g. "
+                                 "{loss_type: dr_grpo}.")
+
+    @field_validator("reward")
+    @classmethod
+    def _reward_kind(cls, v: str) -> str:
+        if v not in ("verifier", "judge", "reward_model") and not re.fullmatch(r"[\w.]+:[\w.]+", v):
+            raise ValueError(f"{v!r}: expected verifier, judge, reward_model or module:function")
+        return v
+
+    @field_validator("args")
+    @classmethod
+    def _grpo_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return _trl_fields_of("GRPOConfig", v)
+
+
+def _trl_fields_of(config: str, v: dict[str, Any]) -> dict[str, Any]:
+    """``v``, once every key is a field of ``trl.<config>``."""
+    if v:
+        import dataclasses
+
+        import trl
+
+        unknown = sorted(set(v) - {f.name for f in dataclasses.fields(getattr(trl, config))})
+        if unknown:
+            raise ValueError(f"not fields of trl.{config}: {unknown}")
+    return v
+
+
 class TrainConfig(Strict):
-    method: Literal["sft", "dpo", "sft+dpo"] = Field("sft", description="TRL trainer(s) to run.")
+    method: Method = Field("sft", description="What each iteration trains: sft, dpo, sft+dpo (imitation, on the "
+                           "curated datasets), grpo or sft+grpo (reinforcement learning on rewards: train.rl), or "
+                           "reward (a reward model on the decisive judged pairs, reward-models/<target>@<k>; the "
+                           "target's version is carried forward unchanged).")
+    schedule: list[Method] = Field([], description="The method of iterations 1, 2, 3, ... in turn, the last one "
+                                   "repeating (e.g. [sft, sft, grpo]); empty: train.method every iteration.")
+    rl: RLConfig = Field(default_factory=RLConfig)
     steps: int = Field(1200, ge=0, description="Optimizer steps per target per iteration.")
     batch_size: int = Field(32, ge=1, description="Per-device batch size.")
     learning_rate: float = Field(1.5e-3, gt=0, description="Peak learning rate.")
@@ -221,21 +287,21 @@ class TrainConfig(Strict):
     sft_args: dict[str, Any] = Field({}, description="Extra trl.SFTConfig fields (override the ones built here), "
                                      "e.g. {gradient_accumulation_steps: 4}.")
     dpo_args: dict[str, Any] = Field({}, description="Extra trl.DPOConfig fields, e.g. {loss_type: ipo}.")
+    reward_args: dict[str, Any] = Field({}, description="Extra trl.RewardConfig fields (method reward).")
 
-    @field_validator("sft_args", "dpo_args")
+    @field_validator("sft_args", "dpo_args", "reward_args")
     @classmethod
     def _trl_fields(cls, v: dict[str, Any], info) -> dict[str, Any]:
-        if v:
-            import dataclasses
+        names = {"sft_args": "SFTConfig", "dpo_args": "DPOConfig", "reward_args": "RewardConfig"}
+        return _trl_fields_of(names[info.field_name], v)
 
-            import trl
+    def method_of(self, k: int) -> str:
+        """The method iteration ``k`` (from 1) trains with."""
+        return self.schedule[min(k, len(self.schedule)) - 1] if self.schedule else self.method
 
-            known = {f.name for f in dataclasses.fields(trl.SFTConfig if info.field_name == "sft_args" else trl.DPOConfig)}
-            unknown = sorted(set(v) - known)
-            if unknown:
-                name = "SFTConfig" if info.field_name == "sft_args" else "DPOConfig"
-                raise ValueError(f"not fields of trl.{name}: {unknown}")
-        return v
+    def methods(self, iterations: int) -> set[str]:
+        """Every method iterations 1..``iterations`` train with."""
+        return {self.method_of(k) for k in range(1, iterations + 1)}
 
 
 class EvaluateConfig(Strict):
@@ -366,4 +432,23 @@ class FlywheelConfig(Strict):
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
+        self._rl_is_usable()
         return self
+
+    def _rl_is_usable(self) -> None:
+        """GRPO iterations need a reward they can use: a prompt world, groups that fill a batch,
+        and a reward model that exists before the first GRPO iteration asks for it."""
+        tc = self.train
+        plan = [tc.method_of(k) for k in range(1, max(self.run.iterations, len(tc.schedule)) + 1)]
+        rl = [k for k, m in enumerate(plan, 1) if m in RL_METHODS]
+        if not rl:
+            return
+        if self.world.kind == "games":
+            raise ValueError("train.method grpo: a games world has no reward for single moves yet; use sft or dpo")
+        if tc.batch_size % tc.rl.generations:
+            raise ValueError(f"train.batch_size {tc.batch_size} is not a multiple of train.rl.generations "
+                             f"{tc.rl.generations} (each batch holds whole groups)")
+        if tc.rl.reward == "reward_model" and tc.rl.reward_model is None and "reward" not in plan[:rl[0] - 1]:
+            raise ValueError(f"train.rl.reward reward_model: iteration {rl[0]} trains with grpo, but no reward model "
+                             "is named (train.rl.reward_model) and no earlier iteration trains one (method reward "
+                             "in train.schedule)")

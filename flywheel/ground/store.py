@@ -50,6 +50,10 @@ def iter_name(k: int) -> str:
 LOCKED: list[Path] = []  # run directories this process has taken the lock of, in order (`flywheel run`'s)
 
 
+# The datasets a run writes in each iteration's folder: curated SFT rows and DPO pairs, and GRPO's rollouts.
+DATASET_KINDS = ("sft", "dpo", "rollouts")
+
+
 class RunStore:
     """Reads and writes one run directory."""
 
@@ -101,6 +105,11 @@ class RunStore:
         runs (``train.checkpoint_steps``), so that a killed run resumes it; removed once done."""
         return self.iter_dir(k) / "train-state" / target
 
+    def rollout_log(self, k: int, target: str) -> Path:
+        """Where iteration ``k``'s GRPO phase of ``target`` appends its rollouts until the train
+        stage publishes them as the dataset ``iter-000k/rollouts``."""
+        return self.iter_dir(k) / "rollouts-log" / f"{target}.jsonl"
+
     def model_dir(self, versioned_name: str) -> Path:
         return self.root / "models" / versioned_name
 
@@ -123,7 +132,7 @@ class RunStore:
     def datasets(self) -> list[tuple[int, str, Path]]:
         """(iteration, kind, directory) of every curated dataset directory (``iter-000k/<kind>``)."""
         return [(int(d.parent.name.split("-")[1]), d.name, d) for d in sorted(self.root.glob("iter-*/*"))
-                if d.name in ("sft", "dpo") and d.is_dir()]
+                if d.name in DATASET_KINDS and d.is_dir()]
 
     def log_shards(self, kind: str) -> dict[int, list[Path]]:
         """The ``battles`` or ``judgments`` shard files, by iteration."""

@@ -1,4 +1,4 @@
-"""Fine-tune a target version with TRL (SFT, DPO, or SFT then DPO), full or LoRA."""
+"""Fine-tune a target version with TRL (SFT, DPO, GRPO, or SFT then one of them), full or LoRA."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from flywheel.ground import progress
 from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
 from flywheel.ground.config import TrainConfig
+from flywheel.learning.rl import RecordedReward, RewardSummary, RLPhase, RolloutLog, grpo_args, with_advantages
 
 log = logging.getLogger("flywheel")
 
@@ -22,6 +23,7 @@ class TrainResult:
     steps: int
     loss: float | None
     examples: int
+    rollouts: list[dict] | None = None  # GRPO: every scored answer, with its advantage
 
 
 def is_main_process() -> bool:
@@ -160,8 +162,10 @@ def _peft_config(cfg: TrainConfig):
 def train_version(
     base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int,
     adapter: str | None = None, keep_adapter: bool = False, state_dir: Path | None = None,
+    method: str | None = None, rl: RLPhase | None = None,
 ) -> TrainResult:
-    """Train ``base`` into ``out``: SFT on ``sft_data`` and/or DPO on ``dpo_data`` per ``cfg.method``.
+    """Train ``base`` into ``out`` by ``method`` (default ``cfg.method``): SFT on ``sft_data``,
+    DPO on ``dpo_data``, GRPO on ``rl``'s prompts and rewards, or SFT then one of the others.
 
     ``keep_adapter`` (LoRA): ``out`` holds the adapter alone, not merged weights, so a vLLM server
     can load it; ``adapter`` continues training an earlier version's adapter on top of ``base``.
@@ -186,17 +190,20 @@ def train_version(
         from peft import get_peft_model
 
         model = get_peft_model(model, _peft_config(cfg.model_copy(update={"lora": True})))
+    method = method or cfg.method
     plan: list = []
-    if cfg.method in ("sft", "sft+dpo") and sft_data is not None and len(sft_data):
+    if method in ("sft", "sft+dpo", "sft+grpo") and sft_data is not None and len(sft_data):
         plan.append(("sft", sft_data))
-    if cfg.method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
+    if method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
         plan.append(("dpo", dpo_data))
+    if method in ("grpo", "sft+grpo") and rl is not None and len(rl.prompts):
+        plan.append(("grpo", rl.prompts))
     if steps <= 0 or not plan:
         if is_main_process():
             save_checkpoint(model, tokenizer, out)
         return TrainResult(0, None, 0)
     per_stage = max(1, steps // len(plan))
-    total, loss, examples = 0, None, 0
+    total, loss, examples, rollouts = 0, None, 0, None
     wrapped = adapter is not None or keep_adapter  # the model already carries its adapter
     peft = None if wrapped else _peft_config(cfg)
     keep = state_dir is not None and cfg.checkpoint_steps > 0
@@ -212,6 +219,17 @@ def train_version(
                                     "completion_only_loss": True, "packing": False, **cfg.sft_args})
                 trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
                                      processing_class=tokenizer, peft_config=peft)
+            elif kind == "grpo":
+                from trl import GRPOConfig, GRPOTrainer
+
+                record = RolloutLog(Path(rl.rollouts))
+                record.truncate(saved_at if resume else 0)  # the steps after the checkpoint are sampled again
+                base_args = {**training_args(cfg, per_stage, seed, scratch, length, hw),
+                             "activation_checkpointing": activation_checkpointing(cfg, model, cfg.rl.args)}
+                args = GRPOConfig(**grpo_args(base_args, cfg.rl, rl, hw.cuda))
+                trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                                      reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations),
+                                      peft_config=peft)
             else:
                 from trl import DPOConfig, DPOTrainer
 
@@ -239,6 +257,9 @@ def train_version(
             steps_done = trainer.state.global_step
             total += steps_done
             loss = stage_loss(trainer.state.log_history)
+            if kind == "grpo":
+                rollouts = with_advantages(record.read())
+                log.info("grpo %s: rewards %s", out.name, RewardSummary.of(rollouts).to_json())
             examples += len(data)
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model
@@ -246,4 +267,4 @@ def train_version(
                      "n/a" if loss is None else f"{loss:.4f}")  # n/a: sft_args/dpo_args logged no step
     if is_main_process():  # under accelerate every process trains; one saves
         save_checkpoint(model, tokenizer, out)
-    return TrainResult(total, loss, examples)
+    return TrainResult(total, loss, examples, rollouts)

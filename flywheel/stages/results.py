@@ -90,6 +90,7 @@ class TargetTraining(StageRecord):
     loss: float | None
     examples: int
     served_as: str | None = None
+    rewards: dict | None = None  # GRPO: answers scored and failed, mean reward, share of flat groups
 
 
 class PerTarget(StageRecord):

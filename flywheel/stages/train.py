@@ -1,5 +1,7 @@
-"""train: TRL fine-tunes each target's current version into the next one on the iteration's
-curated data: in this process, or through ``accelerate launch`` (``train.launcher``)."""
+"""train: TRL fine-tunes each target's current version into the next one, by the iteration's
+method (``train.method`` / ``train.schedule``): on the curated data (SFT, DPO), on rewards for the
+prompts the select stage chose (GRPO), or into a reward model; in this process, or through
+``accelerate launch`` (``train.launcher``)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,11 @@ import shutil
 
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, messages
+from flywheel.ground.config import RL_METHODS
 from flywheel.ground.records import PlayerVersion, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
+from flywheel.learning.rl import RewardSummary, RLPhase, save_rollouts
 from flywheel.learning.training import Hardware, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
@@ -24,7 +28,10 @@ log = logging.getLogger("flywheel")
 def train_targets(ctx: Context, k: int, steps: dict[str, int]) -> TrainResult:
     """Every target's version ``k`` (``steps``: training steps per target), one at a time."""
     one = launch_training if ctx.cfg.train.launcher == "accelerate" else train_target
-    return TrainResult({t: one(ctx, k, t, steps[t]) for t in ctx.roster.targets})
+    done = TrainResult({t: one(ctx, k, t, steps[t]) for t in ctx.roster.targets})
+    if ctx.cfg.train.method_of(k) in RL_METHODS and is_main_process():
+        publish_rollouts(ctx, k)
+    return done
 
 
 def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
@@ -36,24 +43,86 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     pc = ctx.roster.config(t)
     tc = ctx.cfg.train if pc.learning_rate is None else ctx.cfg.train.model_copy(update={"learning_rate": pc.learning_rate})
     state = ctx.store.train_state_dir(k, t)
+    method = tc.method_of(k)
+    rl = rl_phase(ctx, k, t) if method in RL_METHODS else None
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
         res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
                             ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True,
-                            state_dir=state)
+                            state_dir=state, method=method, rl=rl)
         if ctx.cfg.allocate.sharing != "federated":  # federated: served once merged
             serve_adapter(ctx, t, k)
     else:
         res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
-                            ctx.cfg.run.seed + k, state_dir=state)
+                            ctx.cfg.run.seed + k, state_dir=state, method=method, rl=rl)
     if is_main_process():
         base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
         atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))
         shutil.rmtree(state, ignore_errors=True)  # the version is saved: its checkpoints are no longer needed
         with contextlib.suppress(OSError):  # and the folder of them, once no target's are left
             state.parent.rmdir()
-    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None)
+    rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
+    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards)
+
+
+def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
+    """Target ``t``'s GRPO phase of iteration ``k``: the prompts the select stage chose for its
+    train battles (each once), with their references and baselines, and the reward
+    ``train.rl.reward`` names."""
+    from judges.rewards import build_reward
+
+    return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t),
+                   ctx.store.rollout_log(k, t), ctx.cfg.train.rl.max_completion_length or ctx.roster.config(t).max_new_tokens,
+                   (ctx.roster.config(t).base_urls or [None])[0])
+
+
+def rl_prompts(ctx: Context, k: int, t: str):
+    """One row per distinct prompt of target ``t``'s train battles in iteration ``k`` (chosen by the
+    select stage's bandits): the prompt as the target reads it, its text, reference, category and
+    the baseline answer a judge reward compares with: the opponent's answer in a battle the
+    opponent won on that prompt, else in a tie, else any (eval and validation prompts never pass)."""
+    from datasets import Dataset
+
+    from flywheel.ground.records import SCORE_A, base_name
+
+    held_out = {p.text for p in ctx.eval_split} | {p.text for p in ctx.validation}
+    rows: dict[str, dict] = {}
+    for jb in ctx.store.judged(k, "train"):
+        b = jb.battle
+        if t not in (base_name(b.model_a), base_name(b.model_b)) or b.prompt in held_out:
+            continue
+        mine_a = base_name(b.model_a) == t
+        opp, answer = (b.model_b, b.response_b) if mine_a else (b.model_a, b.response_a)
+        opp_score = 1.0 - SCORE_A[jb.winner] if mine_a else SCORE_A[jb.winner]
+        row = rows.setdefault(b.prompt_id, {"prompt_text": b.prompt, "reference": b.reference, "prompt_id": b.prompt_id,
+                                            "category": b.category, "baseline": None, "baseline_model": None,
+                                            "rank": -1.0})
+        if opp_score > row["rank"] and base_name(opp) != t:
+            row.update(baseline=answer, baseline_model=opp, rank=opp_score)
+    chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
+    data = [{**{k2: v for k2, v in r.items() if k2 != "rank"},
+             "prompt": messages(r["prompt_text"], system) if chat else r["prompt_text"]} for r in rows.values()]
+    return Dataset.from_list(data) if data else Dataset.from_dict({"prompt": []})
+
+
+def publish_rollouts(ctx: Context, k: int) -> None:
+    """Iteration ``k``'s GRPO rollouts of every target (prompt, answer, reward, advantage, error) as
+    the dataset ``iter-000k/rollouts``, with its card; the logs they were appended to go."""
+    logs = {t: ctx.store.rollout_log(k, t) for t in ctx.roster.targets}
+    rows = [{**r, "iteration": k, "target": t} for t, path in logs.items() if path.exists()
+            for r in _with_advantages(path)]
+    save_rollouts(rows, ctx.store.dataset_dir(k, "rollouts"), k, ctx.cfg.train.rl)
+    for path in logs.values():
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        next(iter(logs.values())).parent.rmdir()
+
+
+def _with_advantages(path):
+    from flywheel.learning.rl import RolloutLog, with_advantages
+
+    return with_advantages(RolloutLog(path).read())
 
 
 def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) -> str:

@@ -1,0 +1,206 @@
+"""Reinforcement learning from rewards: a GRPO phase (TRL's ``GRPOTrainer``) whose reward is a
+scorer the caller builds from the run's judges (judges/rewards.py), and the rollouts it trained
+on, kept as a dataset.
+
+A scorer takes ``(prompts, completions, columns)`` (the answers' texts and the prompts' dataset
+columns) and returns one ``(reward, error)`` per answer. A reward of None is a failed call: it is
+recorded with its error and handed to TRL as None, which leaves the answer out of its group's
+baseline with an advantage of 0: never scored 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flywheel.ground.atomic import atomic_write_text
+
+Scored = tuple[float | None, str | None]
+Scorer = Callable[[list[str], list[str], dict[str, list]], list[Scored]]
+ROLLOUT_COLUMNS = ["prompt", "completion", "reward", "advantage", "error", "step", "group", "prompt_id",
+                   "category", "iteration", "target"]
+
+
+@dataclass(frozen=True)
+class RLPhase:
+    """What a GRPO phase needs besides the trainer's settings (``train.rl``): the prompts (columns
+    ``prompt`` and whatever the scorer reads: ``reference``, ``baseline``, ...), the scorer, and
+    the file its rollouts are appended to (kept across a kill: see ``RolloutLog``)."""
+
+    prompts: Any  # datasets.Dataset
+    scorer: Scorer
+    rollouts: Path
+    max_completion_length: int
+    vllm_url: str | None = None
+
+
+def text_of(completion: Any) -> str:
+    """An answer's text: TRL hands conversational answers as a list of assistant turns."""
+    if isinstance(completion, list):
+        return "".join(str(m.get("content", "")) for m in completion if isinstance(m, dict))
+    return str(completion)
+
+
+class RolloutLog:
+    """Every scored answer of a GRPO phase, appended as JSON lines with the optimizer step that
+    sampled it. After a kill the phase resumes from its last checkpoint: ``truncate(step)`` drops
+    the lines of the steps after it, which are sampled and scored again."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.calls = 0
+
+    def truncate(self, step: int) -> None:
+        """Keep the rollouts of the steps up to ``step`` (a line cut short by a kill is dropped)."""
+        kept = [r for r in self.read() if r["step"] <= step]
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                break  # the last line a kill cut short
+        return out
+
+    def append(self, rows: list[dict]) -> None:
+        with self.path.open("a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+
+
+class RecordedReward:
+    """The reward function TRL calls: the scorer's rewards, each answer logged (``RolloutLog``)."""
+
+    __name__ = "reward"  # TRL logs it as rewards/reward/mean
+
+    def __init__(self, scorer: Scorer, log: RolloutLog, generations: int) -> None:
+        self.scorer, self.log, self.generations = scorer, log, generations
+
+    def __call__(self, prompts: list, completions: list, completion_ids=None, trainer_state=None,
+                 **columns: Any) -> list[float | None]:
+        columns = {k: v for k, v in columns.items() if k not in ("log_extra", "log_metric")}
+        texts = [text_of(c) for c in completions]
+        prompt_texts = columns.get("prompt_text") or [text_of(p) if isinstance(p, list) else str(p) for p in prompts]
+        try:
+            scored = self.scorer(list(prompt_texts), texts, columns)
+            if len(scored) != len(texts):
+                raise ValueError(f"the reward returned {len(scored)} scores for {len(texts)} answers")
+        except Exception as e:  # noqa: BLE001 - a failed reward call leaves its answers out, recorded
+            scored = [(None, f"reward failed: {e!r}"[:500])] * len(texts)
+        step = (trainer_state.global_step if trainer_state is not None else 0) + 1  # the step being taken
+        call, self.log.calls = self.log.calls, self.log.calls + 1
+        self.log.append([{"prompt": prompt_texts[i], "completion": texts[i], "reward": r, "error": err,
+                          "step": step, "group": f"{step}-{call}-{i // self.generations}",
+                          "prompt_id": _at(columns, "prompt_id", i), "category": _at(columns, "category", i)}
+                         for i, (r, err) in enumerate(scored)])
+        return [None if r is None or not math.isfinite(r) else float(r) for r, _ in scored]
+
+
+def _at(columns: dict[str, list], name: str, i: int) -> Any:
+    values = columns.get(name)
+    return values[i] if values is not None and i < len(values) else None
+
+
+def with_advantages(rows: list[dict]) -> list[dict]:
+    """Each rollout with its group's advantage as GRPO computed it: (reward - the group's mean)
+    / (the group's standard deviation + 1e-4), over the answers that have a reward; an answer
+    without one has advantage 0."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        if r["reward"] is not None:
+            groups.setdefault(r["group"], []).append(r["reward"])
+    out = []
+    for r in rows:
+        g = groups.get(r["group"], [])
+        if r["reward"] is None or not g:
+            adv = 0.0
+        else:
+            mean = sum(g) / len(g)
+            std = math.sqrt(sum((x - mean) ** 2 for x in g) / (len(g) - 1)) if len(g) > 1 else 0.0
+            adv = (r["reward"] - mean) / (std + 1e-4)
+        out.append({**r, "advantage": adv})
+    return out
+
+
+@dataclass(frozen=True)
+class RewardSummary:
+    """A GRPO phase's rewards: answers scored, failed (left out), mean reward, and the share of
+    groups whose answers all got one reward (no signal to learn from)."""
+
+    scored: int
+    failed: int
+    mean: float | None
+    flat_groups: float | None
+
+    @staticmethod
+    def of(rows: list[dict]) -> RewardSummary:
+        got = [r["reward"] for r in rows if r["reward"] is not None]
+        groups: dict[str, set] = {}
+        for r in rows:
+            if r["reward"] is not None:
+                groups.setdefault(r["group"], set()).add(r["reward"])
+        flat = sum(len(v) == 1 for v in groups.values()) / len(groups) if groups else None
+        return RewardSummary(len(got), len(rows) - len(got), sum(got) / len(got) if got else None, flat)
+
+    def to_json(self) -> dict:
+        return {"scored": self.scored, "failed": self.failed, "mean": self.mean, "flat_groups": self.flat_groups}
+
+
+def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool) -> dict:
+    """``trl.GRPOConfig`` fields: the shared training fields (``base``, from ``training_args``:
+    GRPO takes no ``max_length``), the group, sampling and KL settings of ``train.rl``, and vLLM's
+    server mode where configured (CUDA only), then ``train.rl.args``."""
+    args = {k: v for k, v in base.items() if k != "max_length"}
+    args.update(num_generations=rl.generations, temperature=rl.temperature, beta=rl.beta,
+                max_completion_length=phase.max_completion_length, log_completions=False)
+    if rl.learning_rate is not None:
+        args["learning_rate"] = rl.learning_rate
+    if rl.use_vllm:
+        if not hw_cuda:
+            raise RuntimeError("train.rl.use_vllm: vLLM samples on CUDA only; this machine has no GPU")
+        args.update(use_vllm=True, vllm_mode="server")
+        if phase.vllm_url:
+            args["vllm_server_base_url"] = phase.vllm_url
+    return {**args, **rl.args}
+
+
+def save_rollouts(rows: list[dict], out: Path, iteration: int, rl) -> int:
+    """Write rollouts as a dataset folder in the curated datasets' layout (``data/*.parquet`` and
+    a ``README.md`` card), atomically; reward and advantage stay numbers (a failed reward is null)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flywheel.ground.atomic import atomic_write_dir
+
+    types = {"reward": pa.float64(), "advantage": pa.float64(), "step": pa.int64(), "iteration": pa.int64()}
+    schema = pa.schema([(c, types.get(c, pa.string())) for c in ROLLOUT_COLUMNS])
+    table = pa.Table.from_pylist([{c: r.get(c) for c in ROLLOUT_COLUMNS} for r in rows], schema=schema)
+    summary = RewardSummary.of(rows)
+    card = (
+        "---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n- grpo\n- rollouts\n- flywheel\n"
+        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n---\n\n"
+        f"# GRPO rollouts, iteration {iteration}\n\n"
+        f"- rows: {len(rows)} (one per sampled answer; {rl.generations} answers per prompt make a group)\n"
+        f"- reward: {rl.reward}; failed rewards (null, left out of training): {summary.failed}\n"
+        f"- mean reward: {summary.mean}; share of groups with one reward for all (nothing to learn): "
+        f"{summary.flat_groups}\n"
+        "- advantage: (reward - the group's mean) / (the group's standard deviation + 1e-4), 0 where the "
+        "reward failed\n- step: the optimizer step that sampled the answer\n\n"
+        "Open with `datasets.load_dataset(\"parquet\", data_dir=\"<this directory>/data\", split=\"train\")` or "
+        "`pandas.read_parquet(\"<this directory>/data\")`.\n")
+
+    def fill(tmp: Path) -> None:
+        (tmp / "data").mkdir(parents=True)
+        pq.write_table(table, tmp / "data" / "train-00000-of-00001.parquet")
+        atomic_write_text(tmp / "README.md", card)
+
+    atomic_write_dir(out, fill)
+    return len(rows)

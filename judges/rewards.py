@@ -1,0 +1,111 @@
+"""Rewards for reinforcement learning, made of the flywheel's own judges (``train.rl.reward``).
+
+Each builder returns a scorer (flywheel/learning/rl.py): ``(prompts, completions, columns) ->
+[(reward, error)]``, one per answer. ``columns`` are the GRPO prompts' dataset columns
+(``reference``, ``category``, ``baseline``, ``baseline_model``, ...). A reward that cannot be
+given (no reference, an API error, an unparseable verdict) is ``(None, why)``: recorded and
+left out of training, never scored 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flywheel.learning.rl import Scored, Scorer
+from judges.base import PairwiseJudge, pair_battle
+from judges.verifier import VerifierJudge, load_callable
+
+# What a pairwise verdict is worth to the answer in seat A (the target's).
+VERDICT_REWARD = {"model_a": 1.0, "tie": 0.5, "model_b": 0.0, "tie (bothbad)": 0.0}
+
+
+def verifier_reward(verifier: VerifierJudge) -> Scorer:
+    """The verifier's score of each answer against its prompt's reference (1 right, 0 wrong, or
+    a callable check's score in [0, 1])."""
+
+    def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
+        refs = columns.get("reference") or [None] * len(completions)
+        out: list[Scored] = []
+        for text, ref in zip(completions, refs):
+            if ref is None:
+                out.append((None, "no reference answer"))
+                continue
+            try:
+                out.append((verifier.score(text, ref), None))
+            except Exception as e:  # noqa: BLE001 - a user check that raises: no reward, recorded
+                out.append((None, f"check failed: {e!r}"))
+        return out
+
+    return score
+
+
+def judge_reward(judge: PairwiseJudge, target: str) -> Scorer:
+    """The run's judge on (the answer, the prompt's baseline answer: the best opponent's from the
+    battle log), the answer in seat A: 1 a win, 0.5 a tie, 0 a loss or both bad. The judge
+    judges both orders where ``judge.both_orders`` says so, caches its verdicts, and its paid
+    calls count against the run's budget, as in the judge stage."""
+
+    def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
+        n = len(completions)
+        base = columns.get("baseline") or [None] * n
+        base_model = columns.get("baseline_model") or ["baseline"] * n
+        refs = columns.get("reference") or [None] * n
+        cats = columns.get("category") or [""] * n
+        todo = [i for i in range(n) if base[i] is not None]
+        battles = [pair_battle(prompts[i], completions[i], base[i], refs[i], cats[i] or "", target,
+                               base_model[i] or "baseline") for i in todo]
+        out: list[Scored] = [(None, "no baseline answer for this prompt")] * n
+        for i, j in zip(todo, judge.judge(battles) if battles else []):
+            out[i] = (VERDICT_REWARD[j.winner], None) if j.valid and j.winner in VERDICT_REWARD else \
+                (None, j.error or f"no verdict ({j.winner})")
+        return out
+
+    return score
+
+
+def model_reward(scorer) -> Scorer:
+    """A reward model's score of each (prompt, answer): ``scorer.score(prompts, completions)``
+    (flywheel/learning/reward_model.py's ``RewardScorer``)."""
+
+    def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
+        return [(float(x), None) for x in scorer.score(prompts, completions)]
+
+    return score
+
+
+def function_reward(spec: str) -> Scorer:
+    """A user's ``module:function(prompts, completions, **columns) -> list[float | None]`` (TRL's
+    reward-function contract); None, or a value that is not a number, is no reward."""
+    fn: Callable = load_callable(spec)
+
+    def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
+        out: list[Scored] = []
+        for x in fn(prompts=prompts, completions=completions, **columns):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                out.append((None, f"{spec} gave no number: {x!r}"[:200]))
+            else:
+                out.append((float(x), None))
+        return out
+
+    return score
+
+
+def build_reward(rl, judge_cfg, judge: PairwiseJudge, target: str, reward_model: str | None = None) -> Scorer:
+    """The scorer ``train.rl.reward`` names: the verifier (``judge.verifier``'s settings), the run's
+    judge (the same object the judge stage uses: one cache, one budget), a reward model (at
+    ``reward_model``, else ``train.rl.reward_model``), or a user's function."""
+    if rl.reward == "verifier":
+        from judges.build import build_verifier
+
+        return verifier_reward(build_verifier(judge_cfg.verifier))
+    if rl.reward == "judge":
+        return judge_reward(judge, target)
+    if rl.reward == "reward_model":
+        from flywheel.learning.reward_model import RewardScorer
+
+        path = rl.reward_model or reward_model
+        if path is None:
+            raise ValueError("train.rl.reward reward_model: no reward model (train.rl.reward_model, or an earlier "
+                             "iteration with train.method reward)")
+        return model_reward(RewardScorer(path))
+    return function_reward(rl.reward)

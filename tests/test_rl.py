@@ -1,0 +1,210 @@
+"""Reinforcement learning from rewards: a real GRPO phase on a tiny model, the rewards built from
+each judge kind, failed rewards left out, and a GRPO phase killed and resumed."""
+
+import json
+
+import pytest
+from datasets import Dataset
+
+from flywheel.ground.config import FlywheelConfig, JudgeConfig, RLConfig, TrainConfig
+from flywheel.learning.rl import RLPhase, RolloutLog, with_advantages
+from flywheel.learning.training import train_version
+from judges.base import PairwiseJudge
+from judges.build import build_verifier
+from judges.rewards import build_reward, function_reward, judge_reward, verifier_reward
+from tests.test_training import changed
+
+PROMPTS = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
+                             "reference": ["15", "cba", "123", "8"] * 4,
+                             "prompt_id": [f"p{i}" for i in range(16)], "category": ["add", "rev", "sort", "mul"] * 4})
+
+
+def digit_share(prompts, completions, columns):
+    """A reward every answer of a random model gets a different value of: its share of digits.
+    Every fourth answer's reward fails."""
+    return [(None, "judge unreachable") if i % 4 == 0 else (sum(c.isdigit() for c in text) / max(1, len(text)), None)
+            for i, text in enumerate(completions)]
+
+
+def grpo(tiny_models_dir, out, state, steps=4, checkpoint_steps=0, scorer=digit_share):
+    cfg = TrainConfig(method="grpo", batch_size=8, checkpoint_steps=checkpoint_steps, rl={"generations": 4})
+    phase = RLPhase(PROMPTS, scorer, state.parent / f"{state.name}-rollouts.jsonl", 8)
+    return train_version(str(tiny_models_dir / "student"), out, None, None, cfg, steps=steps, seed=0,
+                         state_dir=state, method="grpo", rl=phase)
+
+
+def test_a_real_grpo_phase_changes_the_weights_and_keeps_its_rollouts(tiny_models_dir, tmp_path):
+    res = grpo(tiny_models_dir, tmp_path / "student@1", tmp_path / "state")
+    assert res.steps == 4 and res.loss is not None
+    assert changed(tiny_models_dir / "student", tmp_path / "student@1")  # every rewarded step moves weights
+    rows = res.rollouts
+    assert len(rows) == 4 * 8  # 4 steps x (2 prompts x 4 answers)
+    assert {r["step"] for r in rows} == {1, 2, 3, 4}
+    failed = [r for r in rows if r["reward"] is None]
+    assert len(failed) == 8 and all(r["error"] == "judge unreachable" and r["advantage"] == 0.0 for r in failed)
+    for g in {r["group"] for r in rows}:  # each group: one prompt, its scored answers' advantages sum to 0
+        group = [r for r in rows if r["group"] == g]
+        assert len(group) == 4 and len({r["prompt_id"] for r in group}) == 1
+        assert abs(sum(r["advantage"] for r in group)) < 1e-6
+
+
+def test_advantages_are_the_groups_normalised_rewards():
+    rows = [{"group": "g", "reward": r} for r in (1.0, 0.0, None, 0.0)] + [{"group": "h", "reward": None}]
+    adv = [r["advantage"] for r in with_advantages(rows)]
+    std = (1 / 3) ** 0.5  # rewards 1, 0, 0: mean 1/3, unbiased standard deviation sqrt(1/3)
+    assert adv[0] == pytest.approx((2 / 3) / (std + 1e-4)) and adv[1] == pytest.approx((-1 / 3) / (std + 1e-4))
+    assert adv[2] == 0.0 and adv[4] == 0.0
+
+
+def test_a_grpo_phase_killed_after_a_checkpoint_resumes_to_the_same_weights_and_rollouts(tiny_models_dir, tmp_path,
+                                                                                         monkeypatch):
+    import flywheel.ground.progress
+
+    class Killed(Exception):
+        pass
+
+    real = flywheel.ground.progress.trainer_callback
+
+    def killing(desc, total):
+        handler = real(desc, total)
+
+        class Kill(type(handler)):
+            def on_save(self, args, state, control, **kw):
+                if state.global_step == 2:
+                    raise Killed
+
+        handler.__class__ = Kill
+        return handler
+
+    straight = grpo(tiny_models_dir, tmp_path / "straight", tmp_path / "s0", checkpoint_steps=2)
+    monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", killing)
+    with pytest.raises(Killed):
+        grpo(tiny_models_dir, tmp_path / "resumed", tmp_path / "s1", checkpoint_steps=2)
+    log = RolloutLog(tmp_path / "s1-rollouts.jsonl")
+    log.append([{"step": 3, "reward": 1.0, "group": "x"}])  # a step after the checkpoint that the kill lost
+    monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", real)
+    resumed = grpo(tiny_models_dir, tmp_path / "resumed", tmp_path / "s1", checkpoint_steps=2)
+    assert changed(tmp_path / "straight", tmp_path / "resumed") == []
+    assert resumed.loss == pytest.approx(straight.loss)
+    strip = [{k: v for k, v in r.items() if k != "group"} for r in straight.rollouts]
+    assert [{k: v for k, v in r.items() if k != "group"} for r in resumed.rollouts] == strip
+
+
+def test_the_verifier_reward_scores_against_the_reference():
+    score = verifier_reward(build_verifier(JudgeConfig().verifier))
+    got = score(["1+1=", "2+2=", "x"], ["2", "5", "y"], {"reference": ["2", "4", None]})
+    assert got == [(1.0, None), (0.0, None), (None, "no reference answer")]
+
+
+class Scripted(PairwiseJudge):
+    """A judge that answers from a script, and fails where the script says so."""
+
+    name = "scripted"
+
+    def __init__(self, verdicts):
+        self.verdicts, self.seen = verdicts, []
+
+    def judge(self, battles):
+        from flywheel.ground.records import Judgment
+
+        self.seen += battles
+        return [Judgment(b.battle_id, self.name, w, 1.0, error=None if w else "unparseable verdict")
+                for b, w in zip(battles, self.verdicts)]
+
+
+def test_the_judge_reward_compares_with_the_baseline_and_never_scores_a_failure():
+    judge = Scripted(["model_a", "tie", "model_b", None, "tie (bothbad)"])
+    score = judge_reward(judge, "student")
+    cols = {"baseline": ["4", "4", "4", "4", "4", None], "baseline_model": ["calc"] * 6, "reference": ["4"] * 6,
+            "category": ["add"] * 6}
+    got = score(["2+2="] * 6, ["4", "four", "5", "?", "6", "4"], cols)
+    assert [r for r, _ in got] == [1.0, 0.5, 0.0, None, 0.0, None]
+    assert got[3][1] == "unparseable verdict" and got[5][1].startswith("no baseline")
+    assert [(b.model_a, b.model_b, b.response_a, b.response_b) for b in judge.seen][0] == ("student", "calc", "4", "4")
+    assert len(judge.seen) == 5  # the answer without a baseline is never sent to the judge
+
+
+def test_a_users_reward_function(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(
+        "def short(prompts, completions, reference, **kw):\n"
+        "    return [1.0 if c == r else (None if c == '?' else 'bad') for c, r in zip(completions, reference)]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    score = function_reward("my_rewards:short")
+    got = score(["a", "b", "c"], ["x", "?", "z"], {"reference": ["x", "y", "w"]})
+    assert got[0] == (1.0, None) and got[1][0] is None and got[2][0] is None and "no number" in got[2][1]
+    built = build_reward(RLConfig(reward="my_rewards:short"), JudgeConfig(), None, "student")
+    assert built(["a"], ["x"], {"reference": ["x"]}) == [(1.0, None)]
+
+
+def test_the_judge_reward_is_the_runs_judge(tiny_models_dir):
+    judge = Scripted(["model_a"])
+    built = build_reward(RLConfig(reward="judge"), JudgeConfig(), judge, "student")
+    assert built(["2+2="], ["4"], {"baseline": ["5"]}) == [(1.0, None)] and len(judge.seen) == 1
+
+
+@pytest.mark.parametrize("train, why", [
+    ({"method": "grpo", "rl": {"reward": "reward_model"}}, "no reward model is named"),
+    ({"schedule": ["sft", "grpo", "reward"], "rl": {"reward": "reward_model"}}, "iteration 2 trains with grpo"),
+    ({"method": "grpo", "batch_size": 6}, "not a multiple of train.rl.generations"),
+    ({"method": "grpo", "rl": {"reward": "nope"}}, "expected verifier, judge, reward_model or module:function"),
+    ({"method": "grpo", "rl": {"args": {"no_such_field": 1}}}, "not fields of trl.GRPOConfig"),
+])
+def test_grpo_without_a_usable_reward_is_refused(train, why):
+    with pytest.raises(ValueError, match=why):
+        FlywheelConfig(train=train)
+
+
+def test_the_schedule_names_each_iterations_method():
+    tc = TrainConfig(schedule=["sft", "sft", "grpo"])
+    assert [tc.method_of(k) for k in range(1, 6)] == ["sft", "sft", "grpo", "grpo", "grpo"]
+    assert TrainConfig(method="dpo").method_of(3) == "dpo"
+    FlywheelConfig(train={"schedule": ["reward", "grpo"], "rl": {"reward": "reward_model"}})  # trained before use
+
+
+def test_grpo_arguments_for_a_cuda_machine_sample_through_vllm():
+    from flywheel.learning.rl import grpo_args
+    from flywheel.learning.training import Hardware, training_args
+
+    tc = TrainConfig(method="grpo", rl={"use_vllm": True, "learning_rate": 1e-5, "args": {"loss_type": "dr_grpo"}})
+    phase = RLPhase(PROMPTS, digit_share, None, 64, vllm_url="http://gpu-box:8000")
+    base = training_args(tc, 10, 0, "/tmp/x", 512, Hardware(cuda=True, bf16=True))
+    args = grpo_args(base, tc.rl, phase, hw_cuda=True)
+    assert args["bf16"] and not args["fp16"] and args["dataloader_pin_memory"]
+    assert args["use_vllm"] and args["vllm_mode"] == "server" and args["vllm_server_base_url"] == "http://gpu-box:8000"
+    assert args["learning_rate"] == 1e-5 and args["loss_type"] == "dr_grpo" and "max_length" not in args
+    assert args["num_generations"] == 8 and args["max_completion_length"] == 64
+    import trl
+
+    trl.GRPOConfig(**{**args, "use_vllm": False, "bf16": False, "dataloader_pin_memory": False})  # TRL takes them
+    with pytest.raises(RuntimeError, match="CUDA only"):
+        grpo_args(training_args(tc, 10, 0, "/tmp/x", 512, Hardware(False, False)), tc.rl, phase, hw_cuda=False)
+    assert json.dumps(args)  # plain values, loggable
+
+
+def test_a_run_that_trains_sft_then_grpo_publishes_its_rollouts(tiny_models_dir, tmp_path):
+    """train.schedule [sft, grpo]: iteration 1 imitates, iteration 2 learns from the verifier's
+    rewards on the prompts its bandit chose; its rollouts are a dataset on disk with a card."""
+    import yaml
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.flywheel_flow import flywheel
+    from flywheel.ground.config_io import load_config
+    from flywheel.learning.curation import load_dataset_dir
+    from tests.conftest import tiny_tree
+
+    path = tmp_path / "rl.yaml"
+    path.write_text(yaml.safe_dump(tiny_tree(tiny_models_dir, tmp_path, run__name="rl", train__schedule=["sft", "grpo"],
+                                             train__rl={"generations": 4})))
+    with prefect_test_harness(server_startup_timeout=120):
+        flywheel(load_config(path).model_dump(mode="json"))
+    run = tmp_path / "rl"
+    assert not (run / "iter-0001" / "rollouts").exists() and not (run / "iter-0002" / "rollouts-log").exists()
+    data = load_dataset_dir(run / "iter-0002" / "rollouts")
+    assert len(data) == 4 * 8 and set(data["target"]) == {"student"} and set(data["iteration"]) == {2}
+    trained = json.loads((run / "iter-0002" / "stages" / "train.json").read_text())["student"]
+    assert trained["steps"] == 4 and trained["rewards"]["scored"] + trained["rewards"]["failed"] == 32
+    from flywheel.ground.store import RunStore
+
+    chosen = {jb.battle.prompt for jb in RunStore(run).judged(2, "train")}
+    assert set(data["prompt"]) <= chosen
+    assert "# GRPO rollouts, iteration 2" in (run / "iter-0002" / "rollouts" / "README.md").read_text()
