@@ -20,7 +20,7 @@ from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import load_config
 from flywheel.ground.dataset_files import dataset_rows
 from flywheel.ground.records import versioned
-from flywheel.ground.store import RunStore
+from flywheel.ground.store import DATASET_KINDS, RunStore
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
 from flywheel.stages.results import EvalResult, IterationSummary
@@ -111,7 +111,7 @@ def announce_datasets(ctx: Context, k: int) -> None:
     from prefect.assets import materialize
     from prefect.events import emit_event
 
-    found = [(kind, ctx.store.dataset_dir(k, kind)) for kind in ("sft", "dpo")]
+    found = [(kind, ctx.store.dataset_dir(k, kind)) for kind in DATASET_KINDS]
     found = [(kind, d.resolve()) for kind, d in found if d.exists()]
     if not found:
         return

@@ -130,6 +130,12 @@ def _bad_inputs(tmp_path):
          "http(s) URL with a host (e.g. http://127.0.0.1:8000/v1)"),
         (["--set", api % "'http://:8000/v1'"], "error: opponents.0 (gpt): base_urls.0 'http://:8000/v1' is not an "
          "http(s) URL with a host (e.g. http://127.0.0.1:8000/v1)"),
+        (["--set", "train.method=grpo", "--set", "train.rl.reward=reward_model", "--set",
+          f"train.rl.reward_model={tmp_path / 'no-rm'}"], f"error: train.rl.reward_model: {tmp_path / 'no-rm'} does not "
+         "exist (a reward model a run trained: <run>/reward-models/<target>@<k>)"),
+        (["--set", "train.method=grpo", "--set", "train.rl.reward=no_such_module:score"],
+         "error: train.rl.reward: kind 'no_such_module:score': cannot import 'no_such_module': No module named "
+         "'no_such_module'"),
     ]
 
 

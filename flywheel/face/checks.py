@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flywheel.ground.chat import template_of
-from flywheel.ground.config import FlywheelConfig, PlayerConfig
+from flywheel.ground.config import RL_METHODS, FlywheelConfig, PlayerConfig
 from flywheel.players.registry import resolve
 from flywheel.worlds.realmodels import KNOWN
 from flywheel.worlds.world import world_pools
@@ -106,14 +106,37 @@ def template_problems(cfg: FlywheelConfig) -> list[str]:
     return []
 
 
+def uses_rl(cfg: FlywheelConfig) -> bool:
+    """Whether some iteration of the run trains with GRPO."""
+    return bool(cfg.train.methods(max(cfg.run.iterations, len(cfg.train.schedule))) & set(RL_METHODS))
+
+
+def reward_model_problems(cfg: FlywheelConfig) -> list[str]:
+    """A reward model named by path (a GRPO reward, or the judge) holds a model."""
+    paths = {"train.rl.reward_model": cfg.train.rl.reward_model if uses_rl(cfg) else None,
+             "judge.reward_model": getattr(cfg.judge, "reward_model", None) if cfg.judge.kind == "reward_model" else None}
+    out = []
+    for field, path in paths.items():
+        if path is None:
+            continue
+        if not Path(path).exists():
+            out.append(f"{field}: {path} does not exist (a reward model a run trained: <run>/reward-models/<target>@<k>)")
+        elif missing := not_a_model(Path(path)):
+            out.append(f"{field}: {path} holds no model ({missing})")
+    return out
+
+
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = directory_problems(cfg)
     out += [line for where, pc in players(cfg) for line in player_problems(where, pc)]
 
+    rl = cfg.train.rl if uses_rl(cfg) else None
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
-                 "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}
+                 "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None,
+                 "train.rl.reward": rl.reward if rl and rl.reward not in ("verifier", "judge", "reward_model") else None}
     out += template_problems(cfg)
+    out += reward_model_problems(cfg)
     for field, spec in functions.items():
         if spec:
             try:

@@ -214,10 +214,14 @@ class RLConfig(Strict):
                         "model kept).")
     learning_rate: float | None = Field(None, gt=0, description="GRPO's peak learning rate (default "
                                         "train.learning_rate).")
+    weight_decay: float = Field(0.0, ge=0, description="GRPO's AdamW weight decay (train.weight_decay is SFT's and "
+                                "DPO's): most GRPO groups carry no gradient, and decay alone would shrink the weights.")
     max_completion_length: int | None = Field(None, ge=1, description="Longest sampled answer in tokens (default: "
                                               "the target's max_new_tokens).")
-    use_vllm: bool = Field(False, description="Sample through vLLM (TRL's use_vllm, server mode against the "
-                           "target's first base_url, a `trl vllm-serve` server); CUDA only.")
+    use_vllm: bool = Field(False, description="Sample through a vLLM server (TRL's use_vllm, server mode; TRL "
+                           "pushes the weights into it as they train, so it needs --weight-transfer-config); CUDA only.")
+    vllm_url: str | None = Field(None, description="use_vllm: the server GRPO samples from, e.g. http://127.0.0.1:8001 "
+                                 "(default: the target's first base_url, without /v1).")
     args: dict[str, Any] = Field({}, description="Extra trl.GRPOConfig fields (override the ones built here), e.g. "
                                  "{loss_type: dr_grpo}.")
 

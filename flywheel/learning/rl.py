@@ -160,7 +160,8 @@ def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool) -> dict:
     server mode where configured (CUDA only), then ``train.rl.args``."""
     args = {k: v for k, v in base.items() if k != "max_length"}
     args.update(num_generations=rl.generations, temperature=rl.temperature, beta=rl.beta,
-                max_completion_length=phase.max_completion_length, log_completions=False)
+                max_completion_length=phase.max_completion_length, log_completions=False,
+                weight_decay=rl.weight_decay)
     if rl.learning_rate is not None:
         args["learning_rate"] = rl.learning_rate
     if rl.use_vllm:

@@ -74,7 +74,18 @@ def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
 
     return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t),
                    ctx.store.rollout_log(k, t), ctx.cfg.train.rl.max_completion_length or ctx.roster.config(t).max_new_tokens,
-                   (ctx.roster.config(t).base_urls or [None])[0])
+                   vllm_url(ctx, t))
+
+
+def vllm_url(ctx: Context, t: str) -> str | None:
+    """The vLLM server target ``t``'s GRPO phase samples from (``train.rl.use_vllm``):
+    ``train.rl.vllm_url``, else the target's first base URL without its ``/v1``."""
+    rl = ctx.cfg.train.rl
+    if not rl.use_vllm:
+        return None
+    urls = ctx.roster.config(t).base_urls
+    url = rl.vllm_url or (urls[0] if urls else None)
+    return url.rstrip("/").removesuffix("/v1") if url else None
 
 
 def rl_prompts(ctx: Context, k: int, t: str):
