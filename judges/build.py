@@ -11,6 +11,7 @@ from judges.game import GameJudge
 from judges.hybrid import HybridJudge
 from judges.llm import LLMJudge
 from judges.panel import PanelJudge
+from judges.reward_model import RewardModelJudge
 from judges.verifier import VerifierJudge
 
 
@@ -54,9 +55,14 @@ def _game(jc, roster, cache) -> PairwiseJudge:
     return GameJudge()
 
 
+def _reward_model(jc, roster, cache) -> PairwiseJudge:
+    return RewardModelJudge(jc.reward_model, jc.reward_tie_margin)
+
+
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)
 JUDGES: dict[str, Callable[..., PairwiseJudge]] = {
     "verifier": _verifier, "llm": _llm_judge, "hybrid": _hybrid, "panel": _panel, "custom": _custom, "game": _game,
+    "reward_model": _reward_model,
 }
 
 

@@ -101,10 +101,10 @@ class VerifierConfig(Strict):
 
 
 class JudgeConfig(Strict):
-    kind: Literal["verifier", "llm", "hybrid", "panel", "custom", "game"] = Field(
+    kind: Literal["verifier", "llm", "hybrid", "panel", "custom", "game", "reward_model"] = Field(
         "verifier", description="verifier (checks the reference), llm (a player judges pairwise), hybrid "
         "(verifier where a reference exists, llm elsewhere), panel (several LLM judges), custom, game (the rules "
-        "decide: world.kind games).")
+        "decide: world.kind games), reward_model (a reward model scores both answers; the higher wins).")
     player: PlayerConfig | None = Field(None, description="The judge model, for kinds llm and hybrid (any player kind).")
     template: str = Field("arena_hard", description="Prompt template: arena_hard, wizardarena (1-10 scores), "
                           "or a file path.")
@@ -120,6 +120,12 @@ class JudgeConfig(Strict):
     custom: str | None = Field(None, description="custom: 'module:Class' (a PairwiseJudge) or "
                                "'module:function' (prompt, a, b, reference) -> 'A'|'B'|'tie'|'bothbad'.")
     options: dict[str, Any] = Field({}, description="custom: keyword arguments of the judge class.")
+    reward_model: str | None = Field(None, description="reward_model: path of a reward model trained by a run "
+                                     "(train.method reward): <run>/reward-models/<target>@<k>, or any "
+                                     "sequence-classification checkpoint with one output.")
+    reward_tie_margin: float = Field(0.02, ge=0, lt=1, description="reward_model: a tie when the reward model's "
+                                     "confidence beyond a coin flip, |2 sigmoid(reward_a - reward_b) - 1|, is below "
+                                     "this (it is the verdict's margin otherwise).")
     max_flip_rate: float = Field(0.5, ge=0, le=1, description="Guard: stop when more of a round's model-judged "
                                  "battles flip with the order (position bias) than this.")
     max_invalid_rate: float = Field(0.5, ge=0, le=1, description="Guard: stop when more of a round's model "
@@ -140,4 +146,6 @@ class JudgeConfig(Strict):
             raise ValueError("kind panel needs two or more judge players (judge.panel)")
         if self.kind == "custom" and not self.custom:
             raise ValueError("kind custom needs judge.custom ('module:Class' or 'module:function')")
+        if self.kind == "reward_model" and not self.reward_model:
+            raise ValueError("kind reward_model needs judge.reward_model (the path of a reward model)")
         return self
