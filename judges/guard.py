@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from flywheel.ground.records import Battle, Judgment
 
-MODEL_JUDGES = ("llm:", "panel:", "custom:")
+MODEL_JUDGES = ("llm:", "panel:", "custom:", "reward_model:")
 
 
 class JudgeGuardError(RuntimeError):

@@ -181,30 +181,69 @@ def test_grpo_arguments_for_a_cuda_machine_sample_through_vllm():
     assert json.dumps(args)  # plain values, loggable
 
 
-def test_a_run_that_trains_sft_then_grpo_publishes_its_rollouts(tiny_models_dir, tmp_path):
-    """train.schedule [sft, grpo]: iteration 1 imitates, iteration 2 learns from the verifier's
-    rewards on the prompts its bandit chose; its rollouts are a dataset on disk with a card."""
+def run_tiny(tiny_models_dir, tmp_path, name, **over):
     import yaml
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.flywheel_flow import flywheel
     from flywheel.ground.config_io import load_config
-    from flywheel.learning.curation import load_dataset_dir
     from tests.conftest import tiny_tree
 
-    path = tmp_path / "rl.yaml"
-    path.write_text(yaml.safe_dump(tiny_tree(tiny_models_dir, tmp_path, run__name="rl", train__schedule=["sft", "grpo"],
-                                             train__rl={"generations": 4})))
+    path = tmp_path / f"{name}.yaml"
+    tree = tiny_tree(tiny_models_dir, tmp_path, run__name=name, **over)
+    path.write_text(yaml.safe_dump(tree))
     with prefect_test_harness(server_startup_timeout=120):
         flywheel(load_config(path).model_dump(mode="json"))
-    run = tmp_path / "rl"
-    assert not (run / "iter-0001" / "rollouts").exists() and not (run / "iter-0002" / "rollouts-log").exists()
-    data = load_dataset_dir(run / "iter-0002" / "rollouts")
-    assert len(data) == 4 * 8 and set(data["target"]) == {"student"} and set(data["iteration"]) == {2}
-    trained = json.loads((run / "iter-0002" / "stages" / "train.json").read_text())["student"]
-    assert trained["steps"] == 4 and trained["rewards"]["scored"] + trained["rewards"]["failed"] == 32
-    from flywheel.ground.store import RunStore
+    return tmp_path / name
 
-    chosen = {jb.battle.prompt for jb in RunStore(run).judged(2, "train")}
+
+def test_sft_then_a_reward_model_then_grpo_on_its_rewards(tiny_models_dir, tmp_path):
+    """train.schedule [sft, reward, grpo]: iteration 1 imitates; iteration 2 trains a reward model
+    on the judged pairs (its pair accuracy measured on validation pairs) and carries the target
+    forward; iteration 3 learns from that model's rewards on the prompts its bandit chose, and its
+    rollouts are a dataset on disk with a card."""
+    from flywheel.ground.store import RunStore
+    from flywheel.learning.curation import load_dataset_dir
+
+    run = run_tiny(tiny_models_dir, tmp_path, "rl", run__iterations=3, train__schedule=["sft", "reward", "grpo"],
+                   train__rl={"generations": 4, "reward": "reward_model"}, curate__include_target_ties=False)
+    stages = {k: json.loads((run / f"iter-000{k}" / "stages" / "train.json").read_text())["student"] for k in (1, 2, 3)}
+    made = stages[2]["reward_model"]
+    assert made["path"].endswith("reward-models/student@2") and made["steps"] == 4 and made["pairs"] > 0
+    assert made["validation_pairs"] == 0 or 0.0 <= made["accuracy"] <= 1.0
+    assert (run / "reward-models" / "student@2" / "README.md").exists()
+    assert changed(run / "models" / "student@1", run / "models" / "student@2") == []  # carried forward
+    assert not (run / "iter-0001" / "rollouts").exists() and not (run / "iter-0003" / "rollouts-log").exists()
+    data = load_dataset_dir(run / "iter-0003" / "rollouts")
+    assert len(data) == 4 * 8 and set(data["target"]) == {"student"} and set(data["iteration"]) == {3}
+    assert None not in data["reward"] and len(set(data["reward"])) > 4  # a reward model's scores, not 0/1
+    assert stages[3]["rewards"]["scored"] == 32 and stages[3]["rewards"]["failed"] == 0
+    chosen = {jb.battle.prompt for jb in RunStore(run).judged(3, "train")}
     assert set(data["prompt"]) <= chosen
-    assert "# GRPO rollouts, iteration 2" in (run / "iter-0002" / "rollouts" / "README.md").read_text()
+    assert "# GRPO rollouts, iteration 3" in (run / "iter-0003" / "rollouts" / "README.md").read_text()
+
+
+def test_grpo_rewarded_by_an_api_judge_that_fails_sometimes(tiny_models_dir, tmp_path):
+    """The LLM judge (a loopback OpenAI-compatible server) as GRPO's reward: calls about an answer
+    with a "q" in it fail for good (after their retries), others pass after transient faults. The
+    run completes; every failed reward is recorded with its error and never scored."""
+    from flywheel.learning.curation import load_dataset_dir
+    from tests.fakeapi import FakeAPI, fenced_blocks
+
+    def has_q(text):
+        blocks = fenced_blocks(text)
+        return "q" in blocks.get("ANSWER A", "") + blocks.get("ANSWER B", "")
+
+    with FakeAPI("judge", fail_when=has_q) as jud:
+        jud.faults = [429, 500]
+        judge = {"kind": "llm", "player": {"name": "judge", "kind": "openai", "model": "judge-1", "base_urls": [jud.url],
+                                           "max_new_tokens": 64, "max_retries": 1, "backoff_s": 0.01, "timeout_s": 5}}
+        run = run_tiny(tiny_models_dir, tmp_path, "rl-judge", run__iterations=1, train__method="grpo", judge=judge,
+                       train__rl={"generations": 4, "reward": "judge"}, judge__max_invalid_rate=1.0)
+    data = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    failed = [r for r in data if r["reward"] is None]
+    assert failed and all(r["error"] and r["advantage"] == 0.0 for r in failed)
+    assert all(r["reward"] in (0.0, 0.5, 1.0) for r in data if r["reward"] is not None)
+    assert all(r["reward"] is None for r in data if "q" in r["completion"])  # a failed call is never a 0
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    assert trained["rewards"]["failed"] == len(failed) and trained["rewards"]["scored"] == len(data) - len(failed)

@@ -445,10 +445,11 @@ class FlywheelConfig(Strict):
         tc = self.train
         plan = [tc.method_of(k) for k in range(1, max(self.run.iterations, len(tc.schedule)) + 1)]
         rl = [k for k, m in enumerate(plan, 1) if m in RL_METHODS]
+        if self.world.kind == "games" and (rl or "reward" in plan):
+            raise ValueError("train.method grpo and reward: a games world has no reward for single moves nor "
+                             "validation pairs yet; use sft or dpo")
         if not rl:
             return
-        if self.world.kind == "games":
-            raise ValueError("train.method grpo: a games world has no reward for single moves yet; use sft or dpo")
         if tc.batch_size % tc.rl.generations:
             raise ValueError(f"train.batch_size {tc.batch_size} is not a multiple of train.rl.generations "
                              f"{tc.rl.generations} (each batch holds whole groups)")

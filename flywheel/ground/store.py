@@ -110,6 +110,17 @@ class RunStore:
         stage publishes them as the dataset ``iter-000k/rollouts``."""
         return self.iter_dir(k) / "rollouts-log" / f"{target}.jsonl"
 
+    def reward_model_dir(self, target: str, k: int) -> Path:
+        """Where iteration ``k``'s reward model of ``target`` (``train.method: reward``) is saved."""
+        return self.root / "reward-models" / f"{target}@{k}"
+
+    def latest_reward_model(self, target: str, before: int) -> Path | None:
+        """The newest reward model of ``target`` made before iteration ``before``, or None."""
+        made = [(int(d.name.rsplit("@", 1)[1]), d) for d in (self.root / "reward-models").glob(f"{target}@*")
+                if d.is_dir() and d.name.rsplit("@", 1)[1].isdigit() and (d / "config.json").is_file()]
+        made = [(k, d) for k, d in made if k < before]
+        return max(made)[1] if made else None
+
     def model_dir(self, versioned_name: str) -> Path:
         return self.root / "models" / versioned_name
 

@@ -91,6 +91,7 @@ class TargetTraining(StageRecord):
     examples: int
     served_as: str | None = None
     rewards: dict | None = None  # GRPO: answers scored and failed, mean reward, share of flat groups
+    reward_model: dict | None = None  # method reward: its folder, steps, pairs, pair accuracy on validation
 
 
 class PerTarget(StageRecord):

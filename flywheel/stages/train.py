@@ -45,6 +45,7 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     state = ctx.store.train_state_dir(k, t)
     method = tc.method_of(k)
     rl = rl_phase(ctx, k, t) if method in RL_METHODS else None
+    made = train_reward(ctx, k, t, steps, tc) if method == "reward" else None
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
@@ -63,7 +64,71 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         with contextlib.suppress(OSError):  # and the folder of them, once no target's are left
             state.parent.rmdir()
     rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
-    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards)
+    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards, made)
+
+
+def train_reward(ctx: Context, k: int, t: str, steps: int, tc) -> dict:
+    """``train.method: reward``: a reward model of target ``t`` (a scalar head on its current
+    version) trained on the decisive judged pairs of iterations 1..k, saved as
+    ``reward-models/<t>@<k>``; its pair accuracy is measured on validation pairs only. The target's
+    own version is carried forward unchanged."""
+    from dataclasses import replace
+
+    from flywheel.learning.reward_model import RewardScorer, pair_accuracy, train_reward_model
+
+    out = ctx.store.reward_model_dir(t, k)
+    pairs = reward_pairs(ctx, k, t)
+    res = train_reward_model(ctx.roster.path(ctx.current_version(t, k)), out, pairs, tc, steps, ctx.cfg.run.seed + k,
+                             state_dir=ctx.store.train_state_dir(k, t))
+    held = validation_pairs(ctx, k, t)
+    res = replace(res, accuracy=pair_accuracy(RewardScorer(out), held) if len(held) else None)
+    log.info("reward model %s: %d steps on %d pairs, pair accuracy %s on %d validation pairs", out.name, res.steps,
+             res.pairs, "n/a" if res.accuracy is None else f"{res.accuracy:.3f}", len(held))
+    return {"path": str(out), "steps": res.steps, "loss": res.loss, "pairs": res.pairs,
+            "train_accuracy": res.train_accuracy, "accuracy": res.accuracy, "validation_pairs": len(held)}
+
+
+def reward_pairs(ctx: Context, k: int, t: str):
+    """The DPO pairs of iterations 1..``k`` with target ``t`` in them, as the target reads them."""
+    from datasets import concatenate_datasets
+
+    parts = [load_dataset_dir(ctx.store.dataset_dir(i, "dpo")) for i in range(1, k + 1)
+             if ctx.store.dataset_dir(i, "dpo").exists()]
+    parts = [p.select([i for i, x in enumerate(p["target"]) if x == t]) for p in parts]
+    parts = [shape_for(p, ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt) for p in parts if len(p)]
+    if not parts:
+        raise ValueError(f"train.method reward: no decisive judged pairs of target {t} in iterations 1-{k}")
+    return concatenate_datasets(parts)
+
+
+def validation_pairs(ctx: Context, k: int, t: str):
+    """Pairs from validation-split battles, never trained on: target ``t``'s current version and
+    each opponent answer every validation prompt, the run's judge decides each pair, and the
+    decisive ones become (prompt, chosen, rejected)."""
+    from datasets import Dataset
+
+    from flywheel.arena.battles import generate_cached
+    from flywheel.ground.records import Battle, stable_id
+
+    version = ctx.current_version(t, k)
+    answers = {m: generate_cached(ctx.roster, ctx.store, m, ctx.validation, k, "validation")
+               for m in [version, *ctx.roster.opponents]}
+    battles = []
+    for opp in ctx.roster.opponents:
+        for p in ctx.validation:
+            a, b = answers[version].get(p.id), answers[opp].get(p.id)
+            if a is None or b is None or not (a.ok and b.ok):
+                continue
+            key = stable_id("reward-validation", version, opp, p.id)
+            battles.append(Battle(key, k, "validation", p.id, p.text, p.category, p.level, p.reference, version, opp,
+                                  a.text, b.text))
+    rows = []
+    for b, j in zip(battles, ctx.judge.judge(battles) if battles else []):
+        if j.valid and j.winner in ("model_a", "model_b"):
+            win, lose = (b.response_a, b.response_b) if j.winner == "model_a" else (b.response_b, b.response_a)
+            rows.append({"prompt": b.prompt, "chosen": win, "rejected": lose})
+    data = Dataset.from_list(rows) if rows else Dataset.from_dict({"prompt": [], "chosen": [], "rejected": []})
+    return shape_for(data, ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt) if rows else data
 
 
 def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
@@ -72,7 +137,9 @@ def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
     ``train.rl.reward`` names."""
     from judges.rewards import build_reward
 
-    return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t),
+    made = ctx.store.latest_reward_model(t, k)
+    return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t,
+                                                       str(made) if made else None),
                    ctx.store.rollout_log(k, t), ctx.cfg.train.rl.max_completion_length or ctx.roster.config(t).max_new_tokens,
                    vllm_url(ctx, t))
 
