@@ -208,3 +208,28 @@ def test_reward_settings_are_checked_with_the_field_named():
         load_config(None, ["select.reward=surprise"])
     with pytest.raises(ConfigError, match="select.progress_weight"):
         load_config(None, ["select.progress_weight=0"])
+
+
+def test_a_real_run_finds_every_validation_answer_its_evaluations_cached(tiny_config):
+    """Two tiny iterations under validation-progress: in iteration 2 the reward is the progress of
+    iteration 1's training step, read from the cached validation answers of student@0 and
+    student@1 (none missing: a miss would leave the cell to learnability, silently)."""
+    from flywheel.arena.selection import arm_of
+    from flywheel.stages.context import close_run, open_run
+    from flywheel.stages.iteration import run_to
+    from flywheel.stages.rewards import validation_right
+
+    cfg, _ = tiny_config(select__reward="validation-progress", select__battles_per_iteration=24, select__rounds=2,
+                         rating__bootstrap_rounds=0)
+    ctx = open_run(cfg)
+    try:
+        run_to(ctx, 2)
+        for v in ("student@0", "student@1"):
+            assert len(validation_right(ctx, v)) == len(ctx.validation)
+        progress = validation_progress(validation_gains(ctx, "student", 2), cfg.select.progress_weight)
+        assert set(progress) == {arm_of(p) for p in ctx.validation} == set(ctx.pool_by_cell)
+        first = {s.battle_id for s in ctx.store.plan(2, 1)}
+        mine = [j for j in ctx.store.judged(2, "train") if j.battle.battle_id in first]
+        assert [r for _, _, r in round_feedback(ctx, "student", 2, mine, [])] == [progress[j.battle.arm] for j in mine]
+    finally:
+        close_run(ctx)
