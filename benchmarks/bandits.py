@@ -2,14 +2,22 @@
 
 1. Simulated problems (stationary and drifting Bernoulli arms, per seed): cumulative regret of
    each policy against the oracle, and as a ratio to uniform's regret.
-2. The flywheel itself, same run seeds, worlds and iterations for both arms: ``select.policy:
-   uniform`` and the bandit (``--policy``, default the embedded default's thompson) each run at
-   1/8, 1/4, 1/2 and 1 of the battle budget (an 8x span: a ratio up to 8 can be read off the
-   curves). Per budget: the final eval accuracy of the target, mean and 95% CI over the runs. The
-   ratio of a run: the isotonic (monotone) fit of each arm's accuracy against budget, then
-   uniform's budget / the bandit's budget for the same accuracy (benchmarks/stats.py). A ratio
-   marked ``>=`` is a floor (the bandit was already at uniform's final accuracy at the smallest
-   budget), ``<=`` a ceiling. The last line is ``ratio: X``, the median over the runs.
+2. The flywheel itself, same run seeds, worlds and iterations for every selection: ``select.policy:
+   uniform`` and the bandit (``--policy``, default the embedded default's thompson) under each
+   reward of ``--rewards`` (``select.reward``; default ``yield``) and each arm set of ``--arms``
+   (default ``both``), side by side, each run at 1/8, 1/4, 1/2 and 1 of the battle budget (an 8x
+   span: a ratio up to 8 can be read off the curves). The arm sets say what the bandit chooses:
+   ``both`` (prompt cells and, per cell, opponents), ``prompts`` (cells; opponents uniform),
+   ``opponents`` (opponents; cells all even, ``select.prompt_floor: 1``), ``neither`` (both even:
+   uniform selection by another road, a control run once whatever the rewards); these settings
+   come after ``--set``'s. Each selection's floor is printed: the share of battles spread evenly
+   over the cells by ``select.prompt_floor`` (and opponents drawn uniformly) whatever the bandit
+   has learnt. Per budget: the final eval accuracy of the target, mean and 95% CI over the runs. The ratio of a run: the isotonic
+   (monotone) fit of each selection's accuracy against budget, then uniform's budget / the
+   bandit's budget for the same accuracy (benchmarks/stats.py). A ratio marked ``>=`` is a floor
+   (the bandit was already at uniform's final accuracy at the smallest budget), ``<=`` a ceiling.
+   Per selection ``ratio[<selection>]: X``, the median over the runs; the last line is
+   ``ratio: X``, the first selection's (the first reward, the first arm set).
 
    Variants (``--variant``), each with every setting its figures depend on pinned here, so that a
    later change of the embedded default does not change what this benchmark runs:
@@ -35,6 +43,7 @@ held out (new prompts, new pre-trained models).
 
     python -m benchmarks.bandits --scenario balanced --suites 7 --pretrainings 1 --seeds 0,1   # held out
     python -m benchmarks.bandits --scenario realistic --variant before-self-distillation
+    python -m benchmarks.bandits --rewards yield,learnability,validation-progress --arms both,prompts,opponents
     python -m benchmarks.bandits --quick      # 2 seeds, 2 iterations, 200 steps, 1,200 battles at most
     python -m benchmarks.bandits --sim-only
 """
@@ -50,13 +59,17 @@ import statistics
 import string
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
+from flywheel.arena.selection import REWARDS
+from flywheel.ground.config_io import parse_overrides
 from flywheel.maths.bandits import POLICIES, Bandit
+from flywheel.stages.select import round_budget
 
 SIM_POLICIES = [("uniform", {}), ("ucb", {}), ("thompson", {}), ("gaussian", {}), ("exp3", {}),
                 ("ucb", {"discount": 0.9}), ("thompson", {"discount": 0.9}), ("ucb", {"window": 20})]
@@ -206,6 +219,62 @@ VARIANTS = {
 }
 QUICK = ["run.iterations=2", "select.battles_per_iteration=1200", "train.steps=200"]  # applied last
 
+# What the bandit chooses in each arm set (``--arms``); the rest is drawn evenly.
+ARM_SETS = {
+    "both": ["select.opponents=bandit"],
+    "prompts": ["select.opponents=uniform"],
+    "opponents": ["select.opponents=bandit", "select.prompt_floor=1.0"],
+    "neither": ["select.opponents=uniform", "select.prompt_floor=1.0"],
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One way of choosing battles that the benchmark runs: uniform, or the bandit with a reward and
+    an arm set; ``overrides`` are ``select.*`` settings on top of the variant's."""
+
+    label: str
+    overrides: tuple[str, ...]
+
+
+UNIFORM = Selection("uniform", ("select.policy=uniform",))
+
+
+def selections(policy: str, rewards: list[str], arm_sets: list[str]) -> list[Selection]:
+    """Uniform first, then the bandit under every reward and arm set (``neither`` once: no reward
+    moves a choice there)."""
+    out = [UNIFORM]
+    for arms in arm_sets:
+        for reward in rewards[:1] if arms == "neither" else rewards:
+            label = f"{policy} neither" if arms == "neither" else f"{policy} {reward} {arms}"
+            out.append(Selection(label, (f"select.policy={policy}", f"select.reward={reward}", *ARM_SETS[arms])))
+    return out
+
+
+def with_selection(cfg, selection: Selection):
+    """``cfg`` with the selection's ``select.*`` settings."""
+    tree = cfg.model_dump()
+    for key, value in parse_overrides(list(selection.overrides)):
+        section, _, name = key.partition(".")
+        if section != "select":
+            raise ValueError(f"{selection.label}: {key} is not a select.* setting")
+        tree["select"][name] = value
+    return type(cfg).model_validate(tree)
+
+
+def floor_share(select, battles: int) -> tuple[float, float]:
+    """(share of an iteration's ``battles`` that ``select.prompt_floor`` spreads evenly over the
+    cells, share whose opponent is drawn uniformly) whatever the bandit has learnt: the selector's
+    own rounding of each round's budget (flywheel/arena/selection.py, Selector.choose)."""
+    rounds = range(1, select.rounds + 1)
+    even = sum(round(round_budget(battles, select.rounds, r) * select.prompt_floor) for r in rounds)
+    uniform_opponents = select.opponents == "uniform" or select.policy == "uniform"
+    return even / battles, 1.0 if uniform_opponents else 0.0
+
+
+def _csv(values: list[str]) -> list[str]:
+    return [v for value in values for v in value.replace(",", " ").split()]
+
 
 def bench_overrides(variant: str, world: World, extra: list[str], quick: bool) -> list[str]:
     """The overrides of one world's runs: no bootstrap CIs (not read), the variant's pins, the
@@ -229,19 +298,21 @@ def scenario_config(scenario: str, overrides: list[str], tmp: Path) -> tuple[obj
     return cfg, what
 
 
-def run_flywheel(cfg, policy: str, seed: int, battles: int, root: Path) -> tuple[float, float]:
+def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[float, float]:
     """(final eval accuracy of the first target, share of its train battles that taught it
-    something: lost to an opponent) after a run with this policy and budget, every stage run
-    as the flow runs it (flywheel.stages.iteration.run_to), without a Prefect server."""
+    something: lost to an opponent) after a run of ``cfg`` (a selection's, named ``label``) with
+    this seed and budget, every stage run as the flow runs it (flywheel.stages.iteration.run_to),
+    without a Prefect server."""
     from flywheel.ground.records import SCORE_A, base_name
     from flywheel.ground.reports import in_use_eval
     from flywheel.stages.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
     tree = cfg.model_dump()
-    tree["run"].update(root=str(root), name=f"{policy}-t{cfg.world.tasks.seed}-w{cfg.world.seed}-s{seed}-b{battles}",
+    name = label.replace(" ", "-")
+    tree["run"].update(root=str(root), name=f"{name}-t{cfg.world.tasks.seed}-w{cfg.world.seed}-s{seed}-b{battles}",
                        seed=seed)
-    tree["select"].update(policy=policy, battles_per_iteration=battles)
+    tree["select"].update(battles_per_iteration=battles)
     run_cfg = type(cfg).model_validate(tree)
     ctx = open_run(run_cfg)
     try:
@@ -258,17 +329,19 @@ def run_flywheel(cfg, policy: str, seed: int, battles: int, root: Path) -> tuple
 
 
 def ci_table(budgets: list[int], runs: dict[str, dict[int, list[float]]]) -> None:
-    print(f"{'battles/iter':>12}" + "".join(f"{arm:>22}" for arm in runs))
-    for b in budgets:
+    """One row per selection, one column per budget: mean +- 95% CI half-width."""
+    width = max(len(label) for label in runs) + 2
+    print(f"{'selection':<{width}}" + "".join(f"{b:>18}" for b in budgets))
+    for label, by_budget in runs.items():
         cells = []
-        for arm in runs:
-            m, h = mean_ci(runs[arm][b])
+        for b in budgets:
+            m, h = mean_ci(by_budget[b])
             cells.append(f"{m:.3f} +- {h:.3f}")
-        print(f"{b:>12}" + "".join(f"{c:>22}" for c in cells))
+        print(f"{label:<{width}}" + "".join(f"{c:>18}" for c in cells))
 
 
-def part2(seeds: list[int], worlds: list[World], policy: str, scenario: str, variant: str, extra: list[str],
-          quick: bool, jobs: int) -> None:
+def part2(seeds: list[int], worlds: list[World], chosen: list[Selection], scenario: str, variant: str,
+          extra: list[str], quick: bool, jobs: int) -> None:
     from flywheel.worlds.tinymodels import bootstrap
 
     with tempfile.TemporaryDirectory(prefix="flywheel-bench-") as tmp:
@@ -276,48 +349,66 @@ def part2(seeds: list[int], worlds: list[World], policy: str, scenario: str, var
         for w in worlds:
             folder = Path(tmp) / f"t{w.suite}-w{w.pretraining}"
             folder.mkdir()
-            cfgs[w], what = scenario_config(scenario, bench_overrides(variant, w, extra, quick), folder)
-            bootstrap(cfgs[w].world)
-        cfg = cfgs[worlds[0]]
+            base, what = scenario_config(scenario, bench_overrides(variant, w, extra, quick), folder)
+            bootstrap(base.world)
+            for sel in chosen:
+                cfgs[w, sel.label] = with_selection(base, sel)
+        cfg = cfgs[worlds[0], UNIFORM.label]
         full = cfg.select.battles_per_iteration
         budgets = [round(full * f) for f in FRACTIONS]
+        bandits = [sel.label for sel in chosen if sel != UNIFORM]
         print(f"\n2. the flywheel, variant {variant}, scenario {scenario} ({what}), {cfg.run.iterations} iterations, "
-              f"{cfg.train.steps} steps; uniform and {policy} selection at {budgets} battles per iteration; run seeds "
-              f"{seeds} on {describe(worlds)}")
-        acc: dict[str, dict[int, list[float]]] = {"uniform": {b: [] for b in budgets}, policy: {b: [] for b in budgets}}
-        taught: dict[str, list[float]] = {"uniform": [], policy: []}
+              f"{cfg.train.steps} steps; uniform and {len(bandits)} bandit selection(s) at {budgets} battles per "
+              f"iteration; run seeds {seeds} on {describe(worlds)}")
+        print(f"the floor of each selection, at {full} battles per iteration (what no reward moves):")
+        for sel in chosen:
+            sc = cfgs[worlds[0], sel.label].select
+            even, opp = floor_share(sc, full)
+            print(f"  {sel.label}: {' '.join(sel.overrides)}; {even:.1%} of battles spread evenly over the cells by "
+                  f"select.prompt_floor {sc.prompt_floor:g}, {opp:.0%} with a uniformly drawn opponent")
+        acc: dict[str, dict[int, list[float]]] = {sel.label: {b: [] for b in budgets} for sel in chosen}
+        taught: dict[str, list[float]] = {sel.label: [] for sel in chosen}
         t0 = time.perf_counter()
         runs = [(w, seed) for w in worlds for seed in seeds]
-        calls = [(cfgs[w], arm, seed, b, Path(tmp)) for w, seed in runs for arm in acc for b in budgets]
-        results = dict(zip([(w, seed, arm, b) for w, seed in runs for arm in acc for b in budgets],
-                           run_all(run_flywheel, calls, jobs)))
-        ratios, marks = [], []
+        keys = [(w, seed, label, b) for w, seed in runs for label in acc for b in budgets]
+        calls = [(cfgs[w, label], label, seed, b, Path(tmp)) for w, seed, label, b in keys]
+        results = dict(zip(keys, run_all(run_flywheel, calls, jobs)))
+        ratios: dict[str, list[float]] = {label: [] for label in bandits}
+        marks: dict[str, list[str]] = {label: [] for label in bandits}
+        show = lambda c: " ".join(f"{a:.3f}" for a in c)  # noqa: E731
         for w, seed in runs:
-            curves = {arm: [results[w, seed, arm, b][0] for b in budgets] for arm in acc}
-            for arm in acc:
-                taught[arm] += [results[w, seed, arm, b][1] for b in budgets]
-                for b, a in zip(budgets, curves[arm]):
-                    acc[arm][b].append(a)
-            ratio, mark = budget_ratio(budgets, curves["uniform"], curves[policy])
-            ratios.append(ratio)
-            marks.append(mark)
-            show = lambda c: " ".join(f"{a:.3f}" for a in c)  # noqa: E731
-            print(f"{w.label}, seed {seed}: uniform {show(curves['uniform'])} (isotonic {show(isotonic(curves['uniform']))}); "
-                  f"{policy} {show(curves[policy])} (isotonic {show(isotonic(curves[policy]))}); ratio {mark}{ratio:.2f}")
+            curves = {label: [results[w, seed, label, b][0] for b in budgets] for label in acc}
+            for label in acc:
+                taught[label] += [results[w, seed, label, b][1] for b in budgets]
+                for b, a in zip(budgets, curves[label]):
+                    acc[label][b].append(a)
+            print(f"{w.label}, seed {seed}: uniform {show(curves['uniform'])} "
+                  f"(isotonic {show(isotonic(curves['uniform']))})")
+            for label in bandits:
+                ratio, mark = budget_ratio(budgets, curves["uniform"], curves[label])
+                ratios[label].append(ratio)
+                marks[label].append(mark)
+                print(f"  {label}: {show(curves[label])} (isotonic {show(isotonic(curves[label]))}); "
+                      f"ratio {mark}{ratio:.2f}")
         print(f"{len(calls)} runs in {time.perf_counter() - t0:.0f} s ({jobs} processes)")
     print("\nfinal eval accuracy, mean +- 95% CI over the runs")
     ci_table(budgets, acc)
-    diff = [a - b for a, b in zip(acc[policy][budgets[-1]], acc["uniform"][budgets[-1]])]
-    m, h = mean_ci(diff)
-    print(f"{policy} - uniform at {budgets[-1]} battles: {m:+.3f} +- {h:.3f} (95% CI {m - h:+.3f} to {m + h:+.3f})")
-    for arm, t in taught.items():
-        print(f"{arm}: {statistics.fmean(t):.1%} of train battles lost to the opponent (training data), mean over runs")
-    logs = [math.log(r) for r in ratios]
-    m, h = mean_ci(logs)
-    print(f"ratio per run: {', '.join(f'{k}{r:.2f}' for k, r in zip(marks, ratios))}; geometric mean "
-          f"{math.exp(m):.2f} (95% CI {math.exp(m - h):.2f}-{math.exp(m + h):.2f}); the budgets span "
-          f"{budgets[-1] / budgets[0]:.0f}x ('>=' a floor, '<=' a ceiling)")
-    print(f"ratio: {statistics.median(ratios):.2f}")
+    for label in bandits:
+        diff = [a - b for a, b in zip(acc[label][budgets[-1]], acc["uniform"][budgets[-1]])]
+        m, h = mean_ci(diff)
+        print(f"{label} - uniform at {budgets[-1]} battles: {m:+.3f} +- {h:.3f} (95% CI {m - h:+.3f} to {m + h:+.3f})")
+    for label, t in taught.items():
+        print(f"{label}: {statistics.fmean(t):.1%} of train battles lost to the opponent (training data), "
+              "mean over runs")
+    for label in bandits:
+        logs = [math.log(r) for r in ratios[label]]
+        m, h = mean_ci(logs)
+        print(f"{label}: ratio per run {', '.join(f'{k}{r:.2f}' for k, r in zip(marks[label], ratios[label]))}; "
+              f"geometric mean {math.exp(m):.2f} (95% CI {math.exp(m - h):.2f}-{math.exp(m + h):.2f}); the budgets "
+              f"span {budgets[-1] / budgets[0]:.0f}x ('>=' a floor, '<=' a ceiling)")
+    for label in bandits:
+        print(f"ratio[{label}]: {statistics.median(ratios[label]):.2f}")
+    print(f"ratio: {statistics.median(ratios[bandits[0]]):.2f}")
 
 
 def main() -> None:
@@ -327,6 +418,10 @@ def main() -> None:
     ap.add_argument("--scenario", default="balanced", choices=["balanced", "realistic", "skewed"])
     ap.add_argument("--variant", default="default", choices=list(VARIANTS))
     ap.add_argument("--policy", default="thompson", choices=[p for p in POLICIES if p != "uniform"])
+    ap.add_argument("--rewards", nargs="+", default=["yield"], help="select.reward values to compare, comma- or "
+                    f"space-separated (default yield; known: {', '.join(REWARDS)})")
+    ap.add_argument("--arms", nargs="+", default=["both"], help="arm sets the bandit chooses, comma- or "
+                    f"space-separated (default both; known: {', '.join(ARM_SETS)}; neither = uniform by another road)")
     ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, "
                     "1,200 battles at most, 200 steps")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
@@ -338,12 +433,18 @@ def main() -> None:
     for key, value in {**QUIET_ENV, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}.items():
         os.environ.setdefault(key, value)  # no progress bars (the spawned runs inherit these)
     seeds = parse_seeds(args.seeds)
+    rewards, arm_sets = _csv(args.rewards), _csv(args.arms)
+    for flag, got, known in (("--rewards", rewards, REWARDS), ("--arms", arm_sets, tuple(ARM_SETS))):
+        bad = [v for v in got if v not in known]
+        if bad or not got:
+            ap.error(f"{flag}: {', '.join(bad) or 'nothing given'}; known: {', '.join(known)}")
     part1(seeds if len(seeds) >= 5 else list(range(5)))
     if args.sim_only:
         return
     if args.quick:
         seeds = seeds[:2]
-    part2(seeds, worlds_of(args), args.policy, args.scenario, args.variant, args.overrides, args.quick, args.jobs)
+    part2(seeds, worlds_of(args), selections(args.policy, rewards, arm_sets), args.scenario, args.variant,
+          args.overrides, args.quick, args.jobs)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,19 @@
-"""The bandit benchmark runs what it reports: pinned settings, --quick, its scenarios' pools."""
+"""The bandit benchmark runs what it reports: pinned settings, --quick, its scenarios' pools, the
+rewards and arm sets it compares (wired through the config into a real Selector), its report."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
+import benchmarks.bandits as bench
 from benchmarks.bandits import FRACTIONS, QUICK, VARIANTS, bench_overrides, scenario_config
 from benchmarks.worlds import World
+from flywheel.arena.selection import Selector
 from flywheel.ground.config_io import load_config
 from flywheel.worlds.tasks import meaning
 from flywheel.worlds.world import world_pools
@@ -67,3 +74,93 @@ def test_a_pool_prompt_that_is_a_twin_of_an_eval_prompt_is_dropped(tmp_path):
     tree["world"]["prompt_pools"] = [{"path": str(pool), "layout": "plain"}]
     got = world_pools(type(cfg).model_validate(tree).world)
     assert [p.text for p in got.train[len(splits.train):]] == ["123456+1="]
+
+
+def test_rewards_and_arm_sets_become_selections_beside_uniform():
+    chosen = bench.selections("thompson", ["yield", "learnability"], ["both", "prompts", "opponents", "neither"])
+    assert [s.label for s in chosen] == [
+        "uniform", "thompson yield both", "thompson learnability both", "thompson yield prompts",
+        "thompson learnability prompts", "thompson yield opponents", "thompson learnability opponents",
+        "thompson neither"]  # neither once: no reward moves a choice there
+    base = load_config(None, VARIANTS["default"])
+    got = {s.label: bench.with_selection(base, s).select for s in chosen}
+    assert got["uniform"].policy == "uniform"
+    assert [(c.reward, c.opponents, c.prompt_floor) for c in (got["thompson learnability prompts"],
+                                                              got["thompson yield opponents"],
+                                                              got["thompson neither"])] == [
+        ("learnability", "uniform", 0.5), ("yield", "bandit", 1.0), ("yield", "uniform", 1.0)]
+    # the default flags run what the benchmark ran before them: the embedded default's selection
+    default = bench.selections("thompson", ["yield"], ["both"])
+    assert default[0] == bench.UNIFORM and bench.with_selection(base, default[1]) == base
+
+
+def test_the_floor_share_is_the_selectors_own_rounding():
+    from flywheel.ground.config import SelectConfig
+
+    floor_share = bench.floor_share
+    assert floor_share(SelectConfig(), 1200) == (0.5, 0.0)
+    assert floor_share(SelectConfig(), 150) == (74 / 150, 0.0)  # rounds of 38, 38, 37, 37: 19 + 19 + 18 + 18
+    assert floor_share(SelectConfig(prompt_floor=1.0, opponents="uniform"), 150) == (1.0, 1.0)
+    assert floor_share(SelectConfig(policy="uniform"), 1200) == (0.5, 1.0)
+
+
+def test_part2_reports_every_selection_side_by_side(monkeypatch, capsys, tmp_path):
+    """The report, on made-up accuracies (no flywheel run): a curve a budget step ahead of
+    uniform's needs half its battles (ratio 2), the control's ratio is 1, the last line is the
+    first bandit selection's."""
+    import flywheel.worlds.tinymodels as tinymodels
+
+    curves = {"uniform": [0.1, 0.2, 0.3, 0.4], "thompson yield both": [0.2, 0.3, 0.4, 0.5],
+              "thompson learnability both": [0.1, 0.2, 0.3, 0.4], "thompson neither": [0.1, 0.2, 0.3, 0.4]}
+
+    def fake_runs(fn, calls, jobs):
+        budgets = sorted({c[3] for c in calls})
+        return [(curves[label][budgets.index(b)], 0.25) for _, label, _, b, _ in calls]
+
+    monkeypatch.setattr(bench, "run_all", fake_runs)
+    monkeypatch.setattr(tinymodels, "bootstrap", lambda world: None)
+    chosen = bench.selections("thompson", ["yield", "learnability"], ["both", "neither"])
+    bench.part2([0, 1], [World(1234, 0, tmp_path)], chosen, "balanced", "default", [], True, 1)
+    out = capsys.readouterr().out
+    assert "thompson yield both: select.policy=thompson select.reward=yield select.opponents=bandit; 50.0% of " \
+           "battles spread evenly over the cells by select.prompt_floor 0.5, 0% with a uniformly drawn opponent" in out
+    assert "thompson neither: " in out and "100.0% of battles spread evenly" in out
+    assert "ratio[thompson yield both]: 2.00" in out and "ratio[thompson learnability both]: 1.00" in out
+    assert "thompson yield both - uniform at 1200 battles: +0.100 +- 0.000" in out
+    assert out.strip().splitlines()[-1] == "ratio: 2.00"
+
+
+def test_unknown_rewards_and_arm_sets_are_refused(monkeypatch, capsys):
+    for flag, value, bad in (("--rewards", "yield,surprise", "surprise"), ("--arms", "both,all", "all")):
+        monkeypatch.setattr(sys, "argv", ["bandits", flag, value, "--sim-only"])
+        with pytest.raises(SystemExit):
+            bench.main()
+        assert f"{flag}: {bad}; known: " in capsys.readouterr().err
+
+
+CELLS = [f"c{i}" for i in range(6)]
+OPPONENTS = ["o0", "o1", "o2"]
+
+
+@pytest.mark.parametrize("arms, bandit_cells, bandit_opponents", [
+    ("both", True, True), ("prompts", True, False), ("opponents", False, True), ("neither", False, False)])
+def test_each_arm_set_lets_the_bandit_choose_only_its_arms(arms, bandit_cells, bandit_opponents):
+    """A bandit sure that cell c0 and opponent o0 are best: an arm set's bandit arms follow it, its
+    other arms are spread evenly (cells: exactly, by select.prompt_floor 1) or drawn uniformly."""
+    cfg = load_config(None, bench.ARM_SETS[arms]).select
+    sel = Selector.new(cfg, CELLS, OPPONENTS)
+    sel.prompt.update([0] * 200 + [1, 2, 3, 4, 5] * 40, [1.0] * 200 + [0.0] * 200)
+    for bandit in sel.per_cell.values():
+        bandit.update([0] * 50 + [1, 2] * 25, [1.0] * 50 + [0.0] * 50)
+    rng = np.random.default_rng(0)
+    picks = [pick for _ in range(5) for pick in sel.choose(cfg, 120, rng, {})]
+    cells = np.array([sum(c == cell for c, _ in picks) for cell in CELLS])
+    opponents = np.array([sum(o == opp for _, o in picks) for opp in OPPONENTS])
+    if bandit_cells:  # half spread evenly (select.prompt_floor 0.5), the other half to c0
+        assert cells.tolist() == [350, 50, 50, 50, 50, 50]
+    else:
+        assert cells.tolist() == [100] * 6
+    if bandit_opponents:
+        assert opponents[0] > 0.9 * len(picks)
+    else:  # 600 uniform draws over 3: 200 each, sd 11.5
+        assert np.all(np.abs(opponents - 200) < 50), opponents

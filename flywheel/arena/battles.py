@@ -23,9 +23,7 @@ def generate_cached(
     """Answers of ``player`` to ``prompts`` by prompt id; only uncached prompts are generated.
     Failed generations are returned (with their error) but never cached. Usage goes to usage.jsonl."""
     params = roster.params(player)
-    ident = roster.identity(player)
-    key = {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
-           for p in prompts}
+    key = generation_keys(roster, player, prompts)
     cache = store.generations.get_many(key.values())
     out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
     todo = list({p.id: p for p in prompts if p.id not in out}.values())
@@ -48,6 +46,22 @@ def generate_cached(
         store.append_jsonl("usage.jsonl", row)
         log.debug("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
     return out
+
+
+def cached_answers(roster: Roster, store: RunStore, player: str, prompts: list[Prompt]) -> dict[str, str]:
+    """Answers of ``player`` to ``prompts`` that the generation cache holds, by prompt id; nothing is
+    generated or logged (a prompt never answered, or whose call failed, is absent)."""
+    key = generation_keys(roster, player, prompts)
+    cache = store.generations.get_many(key.values())
+    return {p.id: cache[key[p.id]] for p in prompts if key[p.id] in cache}
+
+
+def generation_keys(roster: Roster, player: str, prompts: list[Prompt]) -> dict[str, str]:
+    """The generation cache's key of each prompt's answer by ``player``, by prompt id."""
+    params = roster.params(player)
+    ident = roster.identity(player)
+    return {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
+            for p in prompts}
 
 
 def _usage(player) -> dict[str, float]:

@@ -11,13 +11,23 @@ Rewards (``select.reward``; see docs in ``SelectConfig``):
   answer becomes SFT data), else 0 - the flywheel's direct product;
 - ``progress``: |change of the target's score on the arm| since the previous iteration -
   learning progress, the signal of curriculum learning;
-- ``uncertainty``: p(1 - p) of the target's score p on the arm - battles that are most
-  informative about the target.
+- ``uncertainty``: 4 p(1 - p) of the target's battle score p on the arm (its win rate against
+  the opponents; a tie, both right or both wrong, counts 0.5) - battles whose outcome is least
+  predictable. A cell where both players always fail scores p = 0.5 and the top reward;
+- ``learnability``: 4 p(1 - p) of the target's own success p on the arm (its answer passes the
+  world's check, whoever it played) - the RL curriculum signal: a cell the target solves half of
+  the time teaches most; one it always or never solves teaches nothing;
+- ``validation-progress``: the target's learning progress per cell on the validation split
+  (|change of its validation accuracy| from each training step, an exponential moving average),
+  learnability where there is no such measurement yet.
+
+``feedback`` is a pure function of what it is given; the stage (flywheel/stages/rewards.py)
+gathers those inputs from the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +47,11 @@ from flywheel.ground.records import (
 )
 from flywheel.maths.bandits import Bandit, pfsp_weights
 
-REWARDS = ("yield", "progress", "uncertainty")
+REWARDS = ("yield", "progress", "uncertainty", "learnability", "validation-progress")
+GAMES_HAVE_NO_VALIDATION_ANSWERS = (
+    "select.reward: validation-progress reads the validation split's answers, which a games world does not "
+    "keep (its validation games are played and scored, not stored): choose learnability (the target's "
+    "win-or-draw rate per cell), yield, progress or uncertainty")
 # The opponent arm of self-play (select.self_play): an earlier version of the target itself.
 SELF = "self"
 
@@ -176,17 +190,30 @@ def plan_round(
 
 
 def feedback(
-    reward: str, judged: Iterable[JudgedBattle], target_base: str, previous_scores: dict[str, float], yielded: set[str] | None = None,
+    reward: str, judged: Iterable[JudgedBattle], target_base: str, previous_scores: dict[str, float],
+    yielded: set[str] | None = None, *, success: dict[str, float] | None = None,
+    progress: dict[str, float] | None = None,
 ) -> list[tuple[str, str, float]]:
     """(cell, opponent, reward) for each judged battle of ``target_base`` (a base name, or the
     version that played, which tells the seats of a self-play battle) in one round.
 
-    ``yielded``: prompts that already produced a training example this iteration; a repeat
-    yields nothing new (curation keeps one example per prompt), so it earns no yield reward.
-    The set is updated in place."""
+    What a reward reads beside the round's battles, gathered by the stage:
+
+    - ``previous_scores`` (``progress``): the target's mean score per cell in the previous iteration;
+    - ``yielded`` (``yield``): prompts that already produced a training example this iteration; a
+      repeat yields nothing new (curation keeps one example per prompt), so it earns no yield
+      reward. The set is updated in place;
+    - ``success`` (``learnability``, ``validation-progress``): the target's own success per battle
+      id (``own_success``); a battle without one gives those rewards no signal;
+    - ``progress`` (``validation-progress``): the reward per cell (``validation_progress``); a cell
+      without one (no training step measured yet, or no validation prompt) earns learnability."""
+    judged = list(judged)  # failed battles and invalid verdicts are never joined: no signal
+    if reward in ("learnability", "validation-progress"):
+        return _success_feedback(judged, target_base, success or {},
+                                 (progress or {}) if reward == "validation-progress" else {})
     yielded = set() if yielded is None else yielded
     rows = [(jb.battle.arm, _opponent(jb.battle, target_base), _score(jb, target_base), jb.battle.prompt)
-            for jb in judged]  # failed battles and invalid verdicts are never joined: no signal
+            for jb in judged]
     if reward == "yield":
         out = []
         for c, o, s, prompt in rows:
@@ -195,16 +222,65 @@ def feedback(
                 yielded.add(prompt)
             out.append((c, o, 1.0 if new else 0.0))
         return out
-    rows = [(c, o, s) for c, o, s, _ in rows]
-    arm_scores: dict[str, list[float]] = {}
-    for c, _, s in rows:
-        arm_scores.setdefault(c, []).append(s)
-    mean = {c: sum(v) / len(v) for c, v in arm_scores.items()}
+    mean = _cell_means([(c, s) for c, _, s, _ in rows])
     if reward == "uncertainty":
-        return [(c, o, mean[c] * (1 - mean[c]) * 4) for c, o, _ in rows]
+        return [(c, o, mean[c] * (1 - mean[c]) * 4) for c, o, _, _ in rows]
     if reward == "progress":
-        return [(c, o, min(1.0, abs(mean[c] - previous_scores.get(c, 0.5)) * 2)) for c, o, _ in rows]
+        return [(c, o, min(1.0, abs(mean[c] - previous_scores.get(c, 0.5)) * 2)) for c, o, _, _ in rows]
     raise ValueError(f"unknown reward {reward!r}; known: {', '.join(REWARDS)}")
+
+
+def _cell_means(values: Iterable[tuple[str, float]]) -> dict[str, float]:
+    acc: dict[str, list[float]] = {}
+    for c, v in values:
+        acc.setdefault(c, []).append(v)
+    return {c: sum(v) / len(v) for c, v in acc.items()}
+
+
+def _success_feedback(judged: list[JudgedBattle], target_base: str, success: dict[str, float],
+                      progress: dict[str, float]) -> list[tuple[str, str, float]]:
+    """``learnability`` (``progress`` empty) and ``validation-progress``: a cell's progress where it
+    has one, else 4 p (1 - p) of the target's mean own success p in the cell this round."""
+    rows = [(jb.battle.arm, _opponent(jb.battle, target_base), success.get(jb.battle.battle_id)) for jb in judged]
+    p = _cell_means((c, s) for c, _, s in rows if s is not None)
+    return [(c, o, progress[c] if c in progress else 4 * p[c] * (1 - p[c]))
+            for c, o, s in rows if c in progress or s is not None]
+
+
+def own_success(jb: JudgedBattle, target: str, correct: Callable[[str, str], bool] | None) -> float | None:
+    """The target's own success in a battle, whoever it played: 1.0 where its answer passes
+    ``correct(answer, reference)`` (the world's check, the run's verifier), else 0.0; None where
+    the prompt has no reference (no signal). Without a check (``correct`` None: a games world,
+    whose positions have no reference answer) 1.0 where it won or drew, as the games world's
+    validation figure counts it."""
+    if correct is None:
+        return 1.0 if _score(jb, target) >= 0.5 else 0.0
+    b = jb.battle
+    if b.reference is None:
+        return None
+    return 1.0 if correct(b.response_a if _seat_a(b, target) else b.response_b, b.reference) else 0.0
+
+
+def cell_gains(before: dict[str, bool], after: dict[str, bool], cells: dict[str, str]) -> dict[str, float]:
+    """Per cell, the change of accuracy from one version to the next: ``before`` and ``after`` say
+    whether each version's answer was right, by prompt id; ``cells`` maps prompt ids to cells. Only
+    prompts both versions answered count (a paired comparison); a cell with none is absent."""
+    return _cell_means((cell, float(after[pid]) - float(before[pid]))
+                       for pid, cell in sorted(cells.items()) if pid in before and pid in after)
+
+
+def validation_progress(gains: list[dict[str, float]], weight: float) -> dict[str, float]:
+    """The ``validation-progress`` reward per cell from the target's training steps, oldest first
+    (``cell_gains`` of each step's version against the version it was trained from): |m| x 2, at
+    most 1 (the scale of ``progress``), where m is an exponential moving average of the cell's
+    gains that starts at the first step's gain and gives each later step ``weight``: an older
+    step's gain fades by (1 - weight) per step, as the target drifts away from it, and noise that
+    goes up and down cancels before the absolute value. Empty before the first training step."""
+    ema: dict[str, float] = {}
+    for step in gains:
+        for c, g in step.items():
+            ema[c] = g if c not in ema else weight * g + (1 - weight) * ema[c]
+    return {c: min(1.0, abs(m) * 2) for c, m in sorted(ema.items())}
 
 
 def arm_scores(judged: Iterable[JudgedBattle], target_base: str) -> dict[str, float]:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from flywheel.arena.selection import GAMES_HAVE_NO_VALIDATION_ANSWERS
 from flywheel.ground.chat import template_of
 from flywheel.ground.config import RL_METHODS, FlywheelConfig, PlayerConfig
 from flywheel.players.registry import resolve
@@ -143,6 +144,8 @@ def problems(cfg: FlywheelConfig) -> list[str]:
                 load_callable(spec)
             except ValueError as e:
                 out.append(f"{field}: {e}")
+    if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
+        out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
     if cfg.world.prompt_pools:
         try:
             world_pools(cfg.world)

@@ -143,8 +143,17 @@ class SelectConfig(Strict):
         "thompson", description="Bandit policy for prompt cells and per-cell opponents.")
     opponents: Literal["bandit", "pfsp", "uniform"] = Field(
         "bandit", description="Opponent choice: a per-cell bandit, PFSP weights, or uniform.")
-    reward: Literal["yield", "progress", "uncertainty"] = Field(
-        "yield", description="Bandit reward: training-data yield, |learning progress|, or p(1-p).")
+    reward: Literal["yield", "progress", "uncertainty", "learnability", "validation-progress"] = Field(
+        "yield", description="Bandit reward of a battle: yield (1 if it made a new training example: the target "
+        "lost); progress (|change of the target's battle score on the cell since the last iteration|); uncertainty "
+        "(4p(1-p) of its battle score p on the cell: even matches); learnability (4p(1-p) of its own success p on "
+        "the cell, its answers checked by the verifier, whoever it played; games: won or drew); "
+        "validation-progress (|moving average of the change of its validation accuracy on the cell from each "
+        "training step|, progress_weight; learnability before its first training step and on cells without "
+        "validation prompts; prompt worlds). See docs/selection.md.")
+    progress_weight: float = Field(0.5, gt=0, le=1, description="validation-progress: weight of the newest training "
+                                   "step's validation gain in a cell's moving average (1 = the newest only; an older "
+                                   "step's gain fades by 1 - this per step).")
     battles_per_iteration: int = Field(4000, ge=1, description="Train battles per target.")
     rounds: int = Field(4, ge=1, description="Selection rounds per iteration (the bandit learns between them).")
     discount: float = Field(0.8, gt=0, le=1, description="Per-round discount of the prompt bandit's past rewards "

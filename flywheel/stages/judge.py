@@ -3,7 +3,6 @@ round's verdicts reward each target's bandits."""
 
 from __future__ import annotations
 
-from flywheel.arena import selection
 from flywheel.arena.battles import judge_batch
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import Battle, JudgedBattle, Judgment, base_name
@@ -11,6 +10,7 @@ from flywheel.ground.store import iter_name
 from flywheel.stages.battle import shard_count
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import JudgeResult
+from flywheel.stages.rewards import round_feedback
 from flywheel.stages.select import load_selector
 from judges.build import build_verifier
 from judges.guard import JudgeGuardError, check
@@ -83,13 +83,9 @@ def update_bandits(ctx: Context, k: int, rnd: int) -> None:
         if path.exists():
             continue
         sel = load_selector(ctx, t, k, rnd)
-        previous = {}
-        if ctx.cfg.select.reward == "progress" and k > 1:
-            previous = selection.arm_scores(ctx.store.judged(k - 1, "train"), t)
         mine = [jb for jb in judged if jb.battle.battle_id in round_ids and _plays(jb, t)]
         earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and _plays(jb, t)]
-        yielded = {jb.battle.prompt for jb in earlier if jb.score_of(t) == 0.0}
-        sel.update(selection.feedback(ctx.cfg.select.reward, mine, ctx.current_version(t, k), previous, yielded))
+        sel.update(round_feedback(ctx, t, k, mine, earlier))
         atomic_write_json(path, sel.state())
 
 
