@@ -247,3 +247,25 @@ def test_grpo_rewarded_by_an_api_judge_that_fails_sometimes(tiny_models_dir, tmp
     assert all(r["reward"] is None for r in data if "q" in r["completion"])  # a failed call is never a 0
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     assert trained["rewards"]["failed"] == len(failed) and trained["rewards"]["scored"] == len(data) - len(failed)
+
+
+def test_left_padded_answers_are_scored_where_they_were_sampled(tiny_models_dir):
+    """GRPO scores left-padded (prompt, answer) rows without position ids: on a GPT-2 (learned
+    absolute positions) a padded row would be read at shifted positions. With the filled position
+    ids each row's logits equal those of the same row alone, unpadded."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from flywheel.learning.rl import fill_position_ids
+
+    path = tiny_models_dir / "student"
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    rows = tok(["3+4=7", "count a aabcabcaa=5"], return_tensors="pt", padding=True)
+    alone = model(**tok(["3+4=7"], return_tensors="pt")).logits[0, -1]
+    with torch.no_grad():
+        shifted = model(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits[0, -1]
+        handle = fill_position_ids(model)
+        filled = model(input_ids=rows.input_ids, attention_mask=rows.attention_mask).logits[0, -1]
+        handle.remove()
+    assert not torch.allclose(shifted, alone, atol=1e-3)  # what TRL's forward alone would read
+    assert torch.allclose(filled, alone, atol=1e-4)

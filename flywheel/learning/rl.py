@@ -154,6 +154,24 @@ class RewardSummary:
         return {"scored": self.scored, "failed": self.failed, "mean": self.mean, "flat_groups": self.flat_groups}
 
 
+def fill_position_ids(model):
+    """Give ``model``'s forward the position ids of a left-padded batch where a caller passes none
+    (a handle; ``.remove()`` undoes it). GRPO scores left-padded prompts with their completions,
+    and TRL passes no position ids: a model with learned absolute positions (GPT-2) would read
+    each answer at positions shifted by its padding, not where ``generate`` sampled it (which
+    counts positions from the attention mask), and learn from log-probabilities of another
+    conditional. Rotary models are shift-invariant; the filled ids change nothing there."""
+
+    def hook(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if kwargs.get("position_ids") is None and mask is not None and kwargs.get("past_key_values") is None \
+                and mask.dim() == 2:
+            kwargs["position_ids"] = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        return args, kwargs
+
+    return model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
 def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool) -> dict:
     """``trl.GRPOConfig`` fields: the shared training fields (``base``, from ``training_args``:
     GRPO takes no ``max_length``), the group, sampling and KL settings of ``train.rl``, and vLLM's

@@ -13,7 +13,9 @@ from pathlib import Path
 from flywheel.ground import progress
 from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
 from flywheel.ground.config import TrainConfig
-from flywheel.learning.rl import RecordedReward, RewardSummary, RLPhase, RolloutLog, grpo_args, with_advantages
+from flywheel.learning.rl import (
+    RecordedReward, RewardSummary, RLPhase, RolloutLog, fill_position_ids, grpo_args, with_advantages,
+)
 
 log = logging.getLogger("flywheel")
 
@@ -227,6 +229,7 @@ def train_version(
                 base_args = {**training_args(cfg, per_stage, seed, scratch, length, hw),
                              "activation_checkpointing": activation_checkpointing(cfg, model, cfg.rl.args)}
                 args = GRPOConfig(**grpo_args(base_args, cfg.rl, rl, hw.cuda))
+                positions = fill_position_ids(model)
                 trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                                       reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations),
                                       peft_config=peft)
@@ -258,6 +261,7 @@ def train_version(
             total += steps_done
             loss = stage_loss(trainer.state.log_history)
             if kind == "grpo":
+                positions.remove()
                 rollouts = with_advantages(record.read())
                 log.info("grpo %s: rewards %s", out.name, RewardSummary.of(rollouts).to_json())
             examples += len(data)

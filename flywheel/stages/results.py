@@ -241,6 +241,9 @@ class IterationSummary(StageRecord):
     # per target: the version in use after this iteration, and the promote stage's decision
     current: dict[str, str] = field(default_factory=dict)
     promotion: PromoteResult | None = optional()
+    # per target: its method this iteration, GRPO's rewards (scored, failed, mean, flat groups) and
+    # a reward model's figures (train.method reward)
+    training: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

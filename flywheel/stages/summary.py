@@ -43,6 +43,8 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
         wall_s=round(wall_s, 2),
         current={t: ctx.current_version(t, k + 1) for t in ctx.roster.targets},
         promotion=read_stage(store, k, "promote", PromoteResult),
+        training={t: {"method": ctx.cfg.train.method_of(k), "rewards": r.rewards, "reward_model": r.reward_model}
+                  for t, r in (trained.targets.items() if trained and k > 0 else [])},
     )
     data = read_json(store.summary_path) or {"run_id": ctx.cfg.run.name, "targets": ctx.roster.targets, "iterations": []}
     data["iterations"] = [e for e in data["iterations"] if e["iteration"] != k] + [entry.to_json()]
