@@ -57,7 +57,20 @@ def recipe_overrides() -> list[str]:
     return out
 
 
-ARMS = {"sft": [], "rl": recipe_overrides()}
+def arms() -> dict[str, list[str]]:
+    """Each arm's overrides of the embedded default. ``rm`` and ``rm-control`` ask how much of the
+    verifier's gain survives when the judge is seen only through a reward model: both train a
+    reward model in the iteration before their GRPO one (the target carried forward there); ``rm``
+    then learns from the model's rewards, ``rm-control`` from the verifier's."""
+    rl = recipe_overrides()
+    shape = [o for o in rl if not o.startswith("train.schedule=")]
+    n = len(next(o for o in rl if o.startswith("train.schedule=")).split(","))
+    schedule = "train.schedule=[" + ", ".join(["sft"] * (n - 2) + ["reward", "grpo"]) + "]"
+    return {"sft": [], "rl": rl, "rm": [*shape, schedule, "train.rl.reward=reward_model"],
+            "rm-control": [*shape, schedule]}
+
+
+ARMS = arms()
 
 
 def timed_run(seed: int, overrides: list[str], root: Path) -> tuple[dict, float]:
@@ -71,6 +84,7 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", default=["0"], help="run seeds, run.seed (default 0)")
     add_world_args(ap)
     ap.add_argument("--budgets", default="1200", help="train.steps values, comma-separated (default 1200)")
+    ap.add_argument("--arms", default="sft,rl", help=f"arms, comma-separated, from {', '.join(ARMS)} (default sft,rl)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="an override for both arms")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
@@ -80,6 +94,7 @@ def main() -> None:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
     seeds, budgets, common = parse_seeds(args.seeds), [int(b) for b in args.budgets.split(",")], list(args.overrides)
+    chosen = {a: ARMS[a] for a in args.arms.split(",")}
     if args.quick:
         seeds, common, budgets = seeds[:1], common + QUICK[:1], [300]
     from flywheel.ground.config_io import load_config
@@ -88,25 +103,27 @@ def main() -> None:
     worlds = worlds_of(args)
     for w in worlds:
         bootstrap(load_config(None, [*common, *w.overrides()]).world)
-    print(f"arms: sft (the embedded default) and rl ({' '.join(ARMS['rl'])}); budgets (train.steps) {budgets}; "
+    print(f"arms: {'; '.join(f'{a}: ' + (' '.join(o) or 'the embedded default') for a, o in chosen.items())}; "
+          f"budgets (train.steps) {budgets}; "
           f"run seeds {seeds} on {describe(worlds)}", flush=True)
-    jobs = [(arm, b, w, s) for b in budgets for w in worlds for s in seeds for arm in ARMS]
+    jobs = [(arm, b, w, s) for b in budgets for w in worlds for s in seeds for arm in chosen]
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
-        done = run_all(timed_run, [(s, [*common, *ARMS[arm], f"train.steps={b}", *w.overrides(),
+        done = run_all(timed_run, [(s, [*common, *chosen[arm], f"train.steps={b}", *w.overrides(),
                                         f"run.name={arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"], Path(tmp))
                                    for arm, b, w, s in jobs], args.jobs)
     results = {(arm, b, w, s): r for (arm, b, w, s), r in zip(jobs, done)}
     last_ratio = None
     for b in budgets:
         print(f"\n-- train.steps {b} --")
-        acc: dict[str, list[float]] = {a: [] for a in ARMS}
-        secs: dict[str, list[float]] = {a: [] for a in ARMS}
-        shares: dict[str, dict[str, list[float]]] = {a: {} for a in ARMS}
-        gains = []
+        acc: dict[str, list[float]] = {a: [] for a in chosen}
+        secs: dict[str, list[float]] = {a: [] for a in chosen}
+        shares: dict[str, dict[str, list[float]]] = {a: {} for a in chosen}
+        gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}
+        rm_accuracy: list[float] = []
         for w in worlds:
             for s in seeds:
                 row = {}
-                for arm in ARMS:
+                for arm in chosen:
                     summary, wall = results[(arm, b, w, s)]
                     target = summary["targets"][0]
                     f = figures(summary, target)
@@ -116,29 +133,44 @@ def main() -> None:
                     for c, (last, _, top, _) in by_category(summary, target).items():
                         if top > 0:
                             shares[arm].setdefault(c, []).append(last / top)
+                    rm = [t["reward_model"]["accuracy"] for e in summary["iterations"]
+                          for t in e.get("training", {}).values() if t.get("reward_model")]
+                    if arm == "rm" and rm and rm[-1] is not None:
+                        rm_accuracy.append(rm[-1])
                     print(f"{w.label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (best opponent "
                           f"{f['best_opponent']:.3f}), worst category {f['worst_category_name']} "
                           f"{f['worst_category']:.2f} of the best opponent's, {wall:.0f} s")
-                gains.append(row["rl"] - row["sft"])
-        for arm in ARMS:
+                for arm in gains:
+                    if "sft" in row:
+                        gains[arm].append(row[arm] - row["sft"])
+        for arm in chosen:
             m, h = mean_ci(acc[arm])
             print(f"{arm:<4} final eval accuracy {m:.3f} +- {h:.3f} over {len(acc[arm])} runs; median wall time "
                   f"{statistics.median(secs[arm]):.0f} s")
-        m, h = mean_ci(gains)
-        print(f"gain of rl over sft: {m:+.3f} +- {h:.3f} (95% CI, paired by world and seed; "
-              f"{'above zero' if m - h > 0 else 'not above zero'})")
-        print(f"{'category':<10}" + "".join(f"{arm + ' / best opponent':>24}" for arm in ARMS))
-        every = True
-        for c in sorted(shares["rl"]):
+        for arm, g in gains.items():
+            if g:
+                m, h = mean_ci(g)
+                print(f"gain of {arm} over sft: {m:+.3f} +- {h:.3f} (95% CI, paired by world and seed; "
+                      f"{'above zero' if m - h > 0 else 'not above zero'})")
+        if rm_accuracy:
+            m, h = mean_ci(rm_accuracy)
+            print(f"rm: the reward model's pair accuracy on validation pairs {m:.3f} +- {h:.3f}")
+        print(f"{'category':<10}" + "".join(f"{arm + ' / best opponent':>24}" for arm in chosen))
+        every = {arm: True for arm in chosen}
+        for c in sorted(next(iter(shares.values()))):
             cells = []
-            for arm in ARMS:
+            for arm in chosen:
                 cm, ch = mean_ci(shares[arm][c])
                 cells.append(f"{cm:.2f} +- {ch:.2f}")
-            every &= statistics.fmean(shares["rl"][c]) >= 1.0
+                every[arm] &= statistics.fmean(shares[arm][c]) >= 1.0
             print(f"{c:<10}" + "".join(f"{x:>24}" for x in cells))
-        print(f"goal (rl at least the best opponent in every category, mean over runs): {'met' if every else 'not met'}")
-        last_ratio = statistics.fmean(acc["rl"]) / statistics.fmean(acc["sft"])
-    print(f"ratio: {last_ratio:.2f}")
+        for arm in chosen:
+            print(f"goal ({arm} at least the best opponent in every category, mean over runs): "
+                  f"{'met' if every[arm] else 'not met'}")
+        if "rl" in acc and "sft" in acc:
+            last_ratio = statistics.fmean(acc["rl"]) / statistics.fmean(acc["sft"])
+    if last_ratio is not None:
+        print(f"ratio: {last_ratio:.2f}")
 
 
 if __name__ == "__main__":

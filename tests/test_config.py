@@ -76,6 +76,13 @@ def test_the_shipped_recipes_load():
     assert llm.targets[0].path == "data/models/smollm2" and llm.train.lora and llm.judge.verifier.extract == "final"
     assert llm.world.tasks == FlywheelConfig().world.tasks  # the same suite as make demo: shared tiny opponents
     assert all(p.path.exists() for p in llm.world.prompt_pools)
+    rl = load_config(ROOT / "flows/recipes/rl.yaml")
+    assert [rl.train.method_of(k) for k in (1, 3, 4, 9)] == ["sft", "sft", "grpo", "grpo"]
+    assert rl.model_copy(update={"train": FlywheelConfig().train}) == FlywheelConfig()  # only train differs
+    smol = load_config(ROOT / "flows/recipes/smollm2_rl.yaml")
+    assert smol.train.schedule == ["sft", "grpo"] and smol.train.rl.reward == "verifier" and smol.train.lora
+    big = load_config(ROOT / "flows/recipes/vllm_api_rl.yaml")
+    assert big.train.rl.reward == "judge" and big.train.rl.use_vllm and big.judge.kind == "llm"
 
 
 def test_api_players_need_a_model_and_llm_judges_a_player():
