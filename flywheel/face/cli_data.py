@@ -121,7 +121,7 @@ def data_push(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be uploaded; upload nothing.")] = False,
     private: Annotated[bool, typer.Option(help="Create the repository private.")] = False,
 ) -> None:
-    """Publish a run's SFT and DPO datasets to the Hugging Face Hub (token: HF_TOKEN)."""
+    """Publish a run's SFT, DPO and rollout datasets to the Hugging Face Hub (token: HF_TOKEN)."""
     if "/" not in repo.strip("/"):
         fail(f"--repo {repo!r}: expected ORG/NAME")
     try:

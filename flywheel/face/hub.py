@@ -1,6 +1,7 @@
 """Publishing a run's datasets to the Hugging Face Hub (``flywheel data push``).
 
-One dataset repository per run: every iteration's ``sft`` and ``dpo`` folders as they are on
+One dataset repository per run: every iteration's ``sft`` and ``dpo`` folders (and GRPO's
+``rollouts``) as they are on
 disk (``data/*.parquet``, their cards and lineage), and a root card whose YAML front matter names
 one config per non-empty dataset (``sft-iter1``, ``dpo-iter1``, ...), so that
 ``load_dataset(repo, "sft-iter1")`` reads it. The token comes from the environment
