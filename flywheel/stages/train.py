@@ -12,10 +12,10 @@ import shutil
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, messages
 from flywheel.ground.config import RL_METHODS
-from flywheel.ground.records import PlayerVersion, versioned
+from flywheel.ground.records import SCORE_A, Battle, PlayerVersion, base_name, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
-from flywheel.learning.rl import RewardSummary, RLPhase, save_rollouts
+from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog, save_rollouts, with_advantages
 from flywheel.learning.training import Hardware, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
@@ -108,7 +108,6 @@ def validation_pairs(ctx: Context, k: int, t: str):
     from datasets import Dataset
 
     from flywheel.arena.battles import generate_cached
-    from flywheel.ground.records import Battle, stable_id
 
     version = ctx.current_version(t, k)
     answers = {m: generate_cached(ctx.roster, ctx.store, m, ctx.validation, k, "validation")
@@ -162,8 +161,6 @@ def rl_prompts(ctx: Context, k: int, t: str):
     opponent won on that prompt, else in a tie, else any (eval and validation prompts never pass)."""
     from datasets import Dataset
 
-    from flywheel.ground.records import SCORE_A, base_name
-
     held_out = {p.text for p in ctx.eval_split} | {p.text for p in ctx.validation}
     rows: dict[str, dict] = {}
     for jb in ctx.store.judged(k, "train"):
@@ -189,18 +186,13 @@ def publish_rollouts(ctx: Context, k: int) -> None:
     the dataset ``iter-000k/rollouts``, with its card; the logs they were appended to go."""
     logs = {t: ctx.store.rollout_log(k, t) for t in ctx.roster.targets}
     rows = [{**r, "iteration": k, "target": t} for t, path in logs.items() if path.exists()
-            for r in _with_advantages(path)]
+            for r in with_advantages(RolloutLog(path).read())]
     save_rollouts(rows, ctx.store.dataset_dir(k, "rollouts"), k, ctx.cfg.train.rl)
     for path in logs.values():
         path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         next(iter(logs.values())).parent.rmdir()
 
-
-def _with_advantages(path):
-    from flywheel.learning.rl import RolloutLog, with_advantages
-
-    return with_advantages(RolloutLog(path).read())
 
 
 def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) -> str:
