@@ -10,7 +10,8 @@
    ``both`` (prompt cells and, per cell, opponents), ``prompts`` (cells; opponents uniform),
    ``opponents`` (opponents; cells all even, ``select.prompt_floor: 1``), ``neither`` (both even:
    uniform selection by another road, a control run once whatever the rewards); these settings
-   come after ``--set``'s. Each selection's floor is printed: the share of battles spread evenly
+   come after ``--set``'s. ``--floors`` (``select.prompt_floor`` values: shares or ``auto``) adds
+   one selection per floor for the arm sets whose cells the bandit chooses. Each selection's floor is printed: the share of battles spread evenly
    over the cells by ``select.prompt_floor`` (and opponents drawn uniformly) whatever the bandit
    has learnt. Per budget: the final eval accuracy of the target, mean and 95% CI over the runs. The ratio of a run: the isotonic
    (monotone) fit of each selection's accuracy against budget, then uniform's budget / the
@@ -44,6 +45,7 @@ held out (new prompts, new pre-trained models).
     python -m benchmarks.bandits --scenario balanced --suites 7 --pretrainings 1 --seeds 0,1   # held out
     python -m benchmarks.bandits --scenario realistic --variant before-self-distillation
     python -m benchmarks.bandits --rewards yield,learnability,validation-progress --arms both,prompts,opponents
+    python -m benchmarks.bandits --floors 0.5,auto   # the fixed prompt floor against the adaptive one
     python -m benchmarks.bandits --quick      # 2 seeds, 2 iterations, 200 steps, 1,200 battles at most
     python -m benchmarks.bandits --sim-only
 """
@@ -240,14 +242,22 @@ class Selection:
 UNIFORM = Selection("uniform", ("select.policy=uniform",))
 
 
-def selections(policy: str, rewards: list[str], arm_sets: list[str]) -> list[Selection]:
-    """Uniform first, then the bandit under every reward and arm set (``neither`` once: no reward
-    moves a choice there)."""
+def selections(policy: str, rewards: list[str], arm_sets: list[str], floors: list[str] | None = None) -> list[Selection]:
+    """Uniform first, then the bandit under every reward, arm set and prompt floor (``neither``
+    once: no reward moves a choice there; ``opponents`` and ``neither`` fix the floor at 1, so
+    ``floors``, ``select.prompt_floor`` values, apply to ``both`` and ``prompts`` only; without
+    ``floors`` the variant's floor)."""
     out = [UNIFORM]
     for arms in arm_sets:
         for reward in rewards[:1] if arms == "neither" else rewards:
-            label = f"{policy} neither" if arms == "neither" else f"{policy} {reward} {arms}"
-            out.append(Selection(label, (f"select.policy={policy}", f"select.reward={reward}", *ARM_SETS[arms])))
+            base = (f"select.policy={policy}", f"select.reward={reward}", *ARM_SETS[arms])
+            if arms == "neither":
+                out.append(Selection(f"{policy} neither", base))
+            elif not floors or arms == "opponents":
+                out.append(Selection(f"{policy} {reward} {arms}", base))
+            else:
+                out += [Selection(f"{policy} {reward} {arms} floor={f}", (*base, f"select.prompt_floor={f}"))
+                        for f in floors]
     return out
 
 
@@ -262,14 +272,24 @@ def with_selection(cfg, selection: Selection):
     return type(cfg).model_validate(tree)
 
 
-def floor_share(select, battles: int) -> tuple[float, float]:
+def floor_share(select, battles: int) -> tuple[float | None, float]:
     """(share of an iteration's ``battles`` that ``select.prompt_floor`` spreads evenly over the
     cells, share whose opponent is drawn uniformly) whatever the bandit has learnt: the selector's
-    own rounding of each round's budget (flywheel/arena/selection.py, Selector.choose)."""
+    own rounding of each round's budget (flywheel/arena/selection.py, Selector.choose). None for
+    the first with ``auto``: the runs report the share they spread."""
+    uniform_opponents = 1.0 if select.opponents == "uniform" or select.policy == "uniform" else 0.0
+    if select.prompt_floor == "auto":
+        return None, uniform_opponents
     rounds = range(1, select.rounds + 1)
     even = sum(round(round_budget(battles, select.rounds, r) * select.prompt_floor) for r in rounds)
-    uniform_opponents = select.opponents == "uniform" or select.policy == "uniform"
-    return even / battles, 1.0 if uniform_opponents else 0.0
+    return even / battles, uniform_opponents
+
+
+def _is_share(text: str) -> bool:
+    try:
+        return 0 <= float(text) <= 1
+    except ValueError:
+        return False
 
 
 def _csv(values: list[str]) -> list[str]:
@@ -298,9 +318,10 @@ def scenario_config(scenario: str, overrides: list[str], tmp: Path) -> tuple[obj
     return cfg, what
 
 
-def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[float, float]:
+def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[float, float, float]:
     """(final eval accuracy of the first target, share of its train battles that taught it
-    something: lost to an opponent) after a run of ``cfg`` (a selection's, named ``label``) with
+    something: lost to an opponent, mean share of a round's battles its prompt floor spread evenly
+    over the cells) after a run of ``cfg`` (a selection's, named ``label``) with
     this seed and budget, every stage run as the flow runs it (flywheel.stages.iteration.run_to),
     without a Prefect server."""
     from flywheel.ground.records import SCORE_A, base_name
@@ -325,7 +346,11 @@ def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[
     judged = ctx.store.judged(None, "train")
     lost = sum(1 for jb in judged  # the target's score is 0: the opponent won
                if SCORE_A[jb.winner] == (0.0 if base_name(jb.battle.model_a) == target else 1.0))
-    return acc, lost / max(1, len(judged))
+    floors = [(ctx.store.stage_json(k, f"select-r{r}") or {}).get("floors") or {}
+              for k in range(1, run_cfg.run.iterations + 1) for r in range(1, run_cfg.select.rounds + 1)]
+    even = [f[target] for f in floors if target in f] or [float(run_cfg.select.prompt_floor) if
+                                                           run_cfg.select.prompt_floor != "auto" else float("nan")]
+    return acc, lost / max(1, len(judged)), statistics.fmean(even)
 
 
 def ci_table(budgets: list[int], runs: dict[str, dict[int, list[float]]]) -> None:
@@ -364,10 +389,12 @@ def part2(seeds: list[int], worlds: list[World], chosen: list[Selection], scenar
         for sel in chosen:
             sc = cfgs[worlds[0], sel.label].select
             even, opp = floor_share(sc, full)
-            print(f"  {sel.label}: {' '.join(sel.overrides)}; {even:.1%} of battles spread evenly over the cells by "
-                  f"select.prompt_floor {sc.prompt_floor:g}, {opp:.0%} with a uniformly drawn opponent")
+            spread = ("an adaptive share of battles (reported below)" if even is None else f"{even:.1%} of battles")
+            print(f"  {sel.label}: {' '.join(sel.overrides)}; {spread} spread evenly over the cells by "
+                  f"select.prompt_floor {sc.prompt_floor}, {opp:.0%} with a uniformly drawn opponent")
         acc: dict[str, dict[int, list[float]]] = {sel.label: {b: [] for b in budgets} for sel in chosen}
         taught: dict[str, list[float]] = {sel.label: [] for sel in chosen}
+        spread: dict[str, list[float]] = {sel.label: [] for sel in chosen}
         t0 = time.perf_counter()
         runs = [(w, seed) for w in worlds for seed in seeds]
         keys = [(w, seed, label, b) for w, seed in runs for label in acc for b in budgets]
@@ -380,6 +407,7 @@ def part2(seeds: list[int], worlds: list[World], chosen: list[Selection], scenar
             curves = {label: [results[w, seed, label, b][0] for b in budgets] for label in acc}
             for label in acc:
                 taught[label] += [results[w, seed, label, b][1] for b in budgets]
+                spread[label] += [results[w, seed, label, b][2] for b in budgets]
                 for b, a in zip(budgets, curves[label]):
                     acc[label][b].append(a)
             print(f"{w.label}, seed {seed}: uniform {show(curves['uniform'])} "
@@ -399,7 +427,8 @@ def part2(seeds: list[int], worlds: list[World], chosen: list[Selection], scenar
         print(f"{label} - uniform at {budgets[-1]} battles: {m:+.3f} +- {h:.3f} (95% CI {m - h:+.3f} to {m + h:+.3f})")
     for label, t in taught.items():
         print(f"{label}: {statistics.fmean(t):.1%} of train battles lost to the opponent (training data), "
-              "mean over runs")
+              f"{statistics.fmean(spread[label]):.1%} of a round's battles spread evenly over the cells by the prompt "
+              "floor; means over runs")
     for label in bandits:
         logs = [math.log(r) for r in ratios[label]]
         m, h = mean_ci(logs)
@@ -422,6 +451,8 @@ def main() -> None:
                     f"space-separated (default yield; known: {', '.join(REWARDS)})")
     ap.add_argument("--arms", nargs="+", default=["both"], help="arm sets the bandit chooses, comma- or "
                     f"space-separated (default both; known: {', '.join(ARM_SETS)}; neither = uniform by another road)")
+    ap.add_argument("--floors", nargs="+", default=[], help="select.prompt_floor values to compare for the arm sets "
+                    "both and prompts, comma- or space-separated: numbers in [0, 1] or auto (default: the variant's)")
     ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, "
                     "1,200 battles at most, 200 steps")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
@@ -438,12 +469,16 @@ def main() -> None:
         bad = [v for v in got if v not in known]
         if bad or not got:
             ap.error(f"{flag}: {', '.join(bad) or 'nothing given'}; known: {', '.join(known)}")
+    floors = _csv(args.floors)
+    bad = [f for f in floors if f != "auto" and not _is_share(f)]
+    if bad:
+        ap.error(f"--floors: {', '.join(bad)}; known: numbers in [0, 1] and auto")
     part1(seeds if len(seeds) >= 5 else list(range(5)))
     if args.sim_only:
         return
     if args.quick:
         seeds = seeds[:2]
-    part2(seeds, worlds_of(args), selections(args.policy, rewards, arm_sets), args.scenario, args.variant,
+    part2(seeds, worlds_of(args), selections(args.policy, rewards, arm_sets, floors), args.scenario, args.variant,
           args.overrides, args.quick, args.jobs)
 
 

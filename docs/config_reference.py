@@ -81,6 +81,10 @@ def _models_in(tp: Any) -> list[type[BaseModel]]:
 def _type(tp: Any) -> str:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if origin is typing.Annotated:  # a constrained type inside a union: float (>= 0, <= 1) | "auto"
+        inner = FieldInfo.merge_field_infos(*[m for m in tp.__metadata__ if isinstance(m, FieldInfo)])
+        limits = _constraints(inner)
+        return _type(args[0]) + (f" ({_cell(limits)})" if limits else "")
     if origin is Literal:
         return " \\| ".join(json.dumps(a) for a in args)
     if origin in (Union, types.UnionType):

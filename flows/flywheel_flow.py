@@ -84,12 +84,9 @@ class PrefectRunner:
         ctx, k = args[0], args[1]
         with tags(f"iteration:{k}"):
             result = as_task(name, fn)(*args)
-            if isinstance(result, EvalResult):
-                publish_leaderboard(ctx, k, result)
-            if name == "curate":
-                announce_datasets(ctx, k)
-            if name == "train":
-                materialize_checkpoints(ctx, k)
+            publication = getattr(fn, "publishes", None)  # declared by the stage (flywheel/stages/context.py)
+            if publication is not None:
+                PUBLISHERS[publication](ctx, k, result)
         return result
 
     def shards(self, name: str, fn: Shard, run_dir: str, k: int, rnd: int, n: int) -> None:
@@ -181,6 +178,15 @@ def publish_leaderboard(ctx: Context, k: int, result: EvalResult) -> None:
     create_markdown_artifact(
         markdown=f"# {ctx.cfg.run.name}: eval leaderboard after iteration {k}\n\n" + reports.markdown_table(rows),
         key=f"leaderboard-md-{key}"[:100], description=f"Eval leaderboard after iteration {k}")
+
+
+# What the flow publishes once a stage is done, by the name the stage declares (``@stage(...,
+# publishes=...)``): Prefect artifacts, assets and events; a stage runs the same without them.
+PUBLISHERS: dict[str, Callable[[Context, int, Any], None]] = {
+    "leaderboard": lambda ctx, k, result: publish_leaderboard(ctx, k, result),
+    "datasets": lambda ctx, k, _: announce_datasets(ctx, k),
+    "checkpoints": lambda ctx, k, _: materialize_checkpoints(ctx, k),
+}
 
 
 def task_runner(run: dict[str, Any]):

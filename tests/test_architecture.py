@@ -68,3 +68,25 @@ def test_old_module_paths_still_import_as_the_same_modules():
     p = subprocess.run([sys.executable, "-m", "flywheel.interrupt"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr
+
+
+def test_the_flow_publishes_what_each_stage_declares_and_keys_on_no_stage_name():
+    """A stage declares what the flow publishes after it (``@stage(..., publishes=...)``); the flow
+    has a publisher for each declaration and none left over, and tests no stage name itself."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import flows.flywheel_flow as flow
+    import flywheel.stages as stages
+
+    declared = {}
+    for info in pkgutil.iter_modules(stages.__path__):
+        module = importlib.import_module(f"flywheel.stages.{info.name}")
+        for name, fn in inspect.getmembers(module, callable):
+            if getattr(fn, "publishes", None) and fn.__module__ == module.__name__:
+                declared[f"{info.name}.{name}"] = fn.publishes
+    assert declared == {"evaluate.evaluate_versions": "leaderboard", "curate.curate_datasets": "datasets",
+                        "train.train_targets": "checkpoints"}
+    assert set(flow.PUBLISHERS) == set(declared.values())
+    assert 'name == "' not in inspect.getsource(flow.PrefectRunner)

@@ -123,3 +123,44 @@ def test_prompt_floor_spreads_that_share_of_a_round_evenly_over_cells(floor):
     even = round(120 * floor) // 6
     assert all(counts[c] == even for c in cells[1:]), counts  # the bandit never picks these
     assert counts["c0"] == 120 - 5 * even
+
+
+def test_gini_is_zero_for_equal_values_and_grows_with_inequality():
+    from flywheel.maths.bandits import gini
+
+    assert gini([0.4] * 6) == 0.0 and gini([0.0] * 6) == 0.0
+    assert gini([1.0, 0, 0, 0]) == pytest.approx(0.75)  # one of n holds everything: (n - 1) / n
+    assert gini([0.5, 0.5, 0, 0]) == pytest.approx(0.5)
+    assert 0 < gini([0.3, 0.4, 0.5]) < gini([0.1, 0.4, 0.9])
+
+
+def test_auto_prompt_floor_is_even_where_cells_look_alike_and_small_where_few_stand_out():
+    """``select.prompt_floor: auto`` spreads everything evenly before any reward, nearly everything
+    where the cells' yields are alike, and leaves most to the bandit where most cells yield nothing."""
+    from flywheel.arena.selection import Selector, prompt_floor
+    from flywheel.ground.config import SelectConfig
+
+    cfg = SelectConfig(prompt_floor="auto")
+    cells = [f"c{i}" for i in range(10)]
+    fresh = Selector.new(cfg, cells, ["o1"])
+    assert prompt_floor(cfg, fresh.prompt) == 1.0
+    picks = [c for c, _ in fresh.choose(cfg, 100, np.random.default_rng(0), {})]
+    assert all(picks.count(c) == 10 for c in cells)  # all even: no bandit pick
+
+    alike = Selector.new(cfg, cells, ["o1"])
+    rng = np.random.default_rng(1)
+    alike.prompt.update(np.repeat(np.arange(10), 40), rng.random(400) < 0.5)
+    skewed = Selector.new(cfg, cells, ["o1"])
+    skewed.prompt.update(np.repeat(np.arange(10), 40), np.repeat([1.0] * 3 + [0.0] * 7, 40) * (rng.random(400) < 0.6))
+    assert prompt_floor(cfg, alike.prompt) > 0.85  # sampling noise alone makes 40 pulls a cell unequal
+    assert prompt_floor(cfg, skewed.prompt) < 0.4
+    counts = np.bincount([int(c[1:]) for c, _ in skewed.choose(cfg, 200, rng, {})], minlength=10)
+    assert counts[:3].sum() > 0.7 * 200  # the bandit's share goes to the cells that yield
+    assert SelectConfig(prompt_floor=0.5).prompt_floor == 0.5
+
+
+@pytest.mark.parametrize("value", ["sometimes", "1.5", "-0.1"])
+def test_prompt_floor_is_a_share_or_auto(value):
+    with pytest.raises(ConfigError, match="prompt_floor"):
+        load_config(None, [f"select.prompt_floor={value}"])
+    assert load_config(None, ["select.prompt_floor=auto"]).select.prompt_floor == "auto"

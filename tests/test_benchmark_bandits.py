@@ -14,6 +14,7 @@ import benchmarks.bandits as bench
 from benchmarks.bandits import FRACTIONS, QUICK, VARIANTS, bench_overrides, scenario_config
 from benchmarks.worlds import World
 from flywheel.arena.selection import Selector
+from flywheel.ground.config import SelectConfig
 from flywheel.ground.config_io import load_config
 from flywheel.worlds.tasks import meaning
 from flywheel.worlds.world import world_pools
@@ -95,8 +96,6 @@ def test_rewards_and_arm_sets_become_selections_beside_uniform():
 
 
 def test_the_floor_share_is_the_selectors_own_rounding():
-    from flywheel.ground.config import SelectConfig
-
     floor_share = bench.floor_share
     assert floor_share(SelectConfig(), 1200) == (0.5, 0.0)
     assert floor_share(SelectConfig(), 150) == (74 / 150, 0.0)  # rounds of 38, 38, 37, 37: 19 + 19 + 18 + 18
@@ -115,7 +114,7 @@ def test_part2_reports_every_selection_side_by_side(monkeypatch, capsys, tmp_pat
 
     def fake_runs(fn, calls, jobs):
         budgets = sorted({c[3] for c in calls})
-        return [(curves[label][budgets.index(b)], 0.25) for _, label, _, b, _ in calls]
+        return [(curves[label][budgets.index(b)], 0.25, 0.5) for _, label, _, b, _ in calls]
 
     monkeypatch.setattr(bench, "run_all", fake_runs)
     monkeypatch.setattr(tinymodels, "bootstrap", lambda world: None)
@@ -127,11 +126,26 @@ def test_part2_reports_every_selection_side_by_side(monkeypatch, capsys, tmp_pat
     assert "thompson neither: " in out and "100.0% of battles spread evenly" in out
     assert "ratio[thompson yield both]: 2.00" in out and "ratio[thompson learnability both]: 1.00" in out
     assert "thompson yield both - uniform at 1200 battles: +0.100 +- 0.000" in out
+    assert "thompson yield both: 25.0% of train battles lost to the opponent (training data), 50.0% of a round's " \
+           "battles spread evenly over the cells by the prompt floor" in out
     assert out.strip().splitlines()[-1] == "ratio: 2.00"
 
 
+def test_floors_are_compared_where_the_bandit_chooses_cells():
+    """``--floors 0.5,auto`` makes one selection per floor for the arm sets whose cells the bandit
+    chooses; ``opponents`` and ``neither`` keep every cell even; an adaptive floor has no share
+    known before the run."""
+    chosen = {s.label: s for s in bench.selections("thompson", ["yield"], ["both", "opponents", "neither"],
+                                                   ["0.5", "auto"])}
+    assert list(chosen) == ["uniform", "thompson yield both floor=0.5", "thompson yield both floor=auto",
+                            "thompson yield opponents", "thompson neither"]
+    assert chosen["thompson yield both floor=auto"].overrides[-1] == "select.prompt_floor=auto"
+    assert bench.floor_share(SelectConfig(prompt_floor="auto"), 150) == (None, 0.0)
+
+
 def test_unknown_rewards_and_arm_sets_are_refused(monkeypatch, capsys):
-    for flag, value, bad in (("--rewards", "yield,surprise", "surprise"), ("--arms", "both,all", "all")):
+    for flag, value, bad in (("--rewards", "yield,surprise", "surprise"), ("--arms", "both,all", "all"),
+                             ("--floors", "0.5,most", "most")):
         monkeypatch.setattr(sys, "argv", ["bandits", flag, value, "--sim-only"])
         with pytest.raises(SystemExit):
             bench.main()

@@ -229,13 +229,21 @@ def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, polic
     # --set bandit.policy=<policy> (the section's other name) reaches select.policy
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(tiny_tree(tiny_models_dir, tmp_path, run__name=policy, run__iterations=1)))
-    cfg = load_config(path, [f"bandit.policy={policy}"])
+    auto = ["select.prompt_floor=auto"] if policy == "ucb" else []  # the adaptive floor, through a real run
+    cfg = load_config(path, [f"bandit.policy={policy}", *auto])
     assert cfg.select.policy == policy
     flywheel(cfg.model_dump(mode="json"))
     summary = json.loads((tmp_path / policy / "summary.json").read_text())
     assert [e["iteration"] for e in summary["iterations"]] == [0, 1]
     arms = summary["iterations"][1]["bandit"]["student"]
     assert sum(a["battles"] for a in arms) == 48 and abs(sum(a["share"] for a in arms) - 1) < 1e-3
+    if auto:  # all even before any reward, then what the rewards' spread over the cells leaves
+        from flywheel.face.queries import arms_report
+
+        report = arms_report(tmp_path / policy, None)
+        assert report.floors[1] == {"student": 1.0} and set(report.floors) == {1, 2, 3, 4}
+        assert all(0 <= f["student"] <= 1 for f in report.floors.values())
+        assert "prompt floor (auto) per round: r1 student 1.00; r2 student " in report.header()
 
 
 def test_bandit_state_and_report(finished_run, cli_env):
@@ -245,6 +253,12 @@ def test_bandit_state_and_report(finished_run, cli_env):
     assert len(states) == 2 * 4  # 2 iterations x 4 rounds
     last = json.loads(states[-1].read_text())
     assert last["prompt"]["policy"] == "thompson" and sum(last["prompt"]["total_pulls"]) == 96
+    # The select stage's reward step learnt each round once: its record says from how many battles.
+    plans = {r: finished_run.plan(2, r) for r in range(1, 5)}
+    for r in range(1, 5):
+        reward = finished_run.stage_json(2, f"reward-r{r}")
+        assert reward["reward"] == "yield" and reward["battles"] == {"student": len(plans[r])}
+        assert 0 <= reward["mean"]["student"] <= 1
     out = subprocess.run([sys.executable, "-m", "flywheel.cli", "arms", str(root), "--format", "json"],
                          capture_output=True, text=True, env=cli_env, timeout=120)
     rows = json.loads(out.stdout)

@@ -45,7 +45,7 @@ from flywheel.ground.records import (
     stable_id,
     versioned,
 )
-from flywheel.maths.bandits import Bandit, pfsp_weights
+from flywheel.maths.bandits import Bandit, gini, pfsp_weights
 
 REWARDS = ("yield", "progress", "uncertainty", "learnability", "validation-progress")
 GAMES_HAVE_NO_VALIDATION_ANSWERS = (
@@ -64,6 +64,15 @@ def arm_of(p: Prompt) -> str:
 def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
     """Randomised but reproducible A/B positions for a battle."""
     return (target, opponent) if int(stable_id(battle_key, "seat"), 16) % 2 == 0 else (opponent, target)
+
+
+def prompt_floor(cfg: SelectConfig, prompt: Bandit) -> float:
+    """The share of a round's battles spread evenly over the cells: ``select.prompt_floor``, or
+    with ``auto`` 1 - the Gini coefficient of the prompt bandit's value estimates (1, all even,
+    before any reward; near 0 where a few cells hold all the value)."""
+    if cfg.prompt_floor != "auto":
+        return float(cfg.prompt_floor)
+    return 1.0 - gini(prompt.means())
 
 
 def opponent_arms(cfg: SelectConfig, opponents: list[str]) -> list[str]:
@@ -97,7 +106,8 @@ def _score(jb: JudgedBattle, target: str) -> float:
     return a if _seat_a(jb.battle, target) else 1.0 - a
 
 
-def _plays(b: Battle, target_base: str) -> bool:
+def plays(b: Battle, target_base: str) -> bool:
+    """Whether ``target_base`` (a base name) played battle ``b``, in either seat."""
     return target_base in (base_name(b.model_a), base_name(b.model_b))
 
 
@@ -128,7 +138,7 @@ class Selector:
     def choose(self, cfg: SelectConfig, n: int, rng: np.random.Generator,
                opp_win_rates: dict[str, np.ndarray]) -> list[tuple[str, str]]:
         """``n`` (cell, opponent) choices for one round."""
-        even = round(n * cfg.prompt_floor)
+        even = round(n * prompt_floor(cfg, self.prompt))
         spread = [self.cells[i] for i in np.resize(rng.permutation(len(self.cells)), even)]
         cells = spread + [self.cells[i] for i in self.prompt.select(n - even, rng)]
         out = []
@@ -287,7 +297,7 @@ def arm_scores(judged: Iterable[JudgedBattle], target_base: str) -> dict[str, fl
     """The target's mean score per cell over its judged battles."""
     acc: dict[str, list[float]] = {}
     for jb in judged:
-        if _plays(jb.battle, target_base):
+        if plays(jb.battle, target_base):
             acc.setdefault(jb.battle.arm, []).append(_score(jb, target_base))
     return {c: sum(v) / len(v) for c, v in acc.items()}
 

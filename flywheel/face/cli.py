@@ -295,12 +295,12 @@ def arms(
 ) -> None:
     """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
     try:
-        k, policy, sections = queries.arms_report(run_dir, iteration)
+        report = queries.arms_report(run_dir, iteration)
     except queries.QueryError as e:
         fail(str(e))
-    typer.echo(f"iteration {k}, policy {policy}", err=True)
+    typer.echo(report.header(), err=True)
     cols = ("arm", "battles", "share", "pulls", "effective_pulls", "value")
-    typer.echo(reports.render_sections(sections, format, key="target", columns=cols))
+    typer.echo(reports.render_sections(report.sections, format, key="target", columns=cols))
 
 
 @app.command()

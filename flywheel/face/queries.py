@@ -4,6 +4,7 @@ writes into the run."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +47,26 @@ def category_boards(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return boards(RunStore(run_dir).judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
 
 
-def arms_report(run_dir: Path, iteration: int | None) -> tuple[int, str, dict[str, list[dict[str, Any]]]]:
-    """(iteration, policy, per target its prompt arms by share) from summary.json's bandit record."""
+@dataclass(frozen=True)
+class ArmsReport:
+    """Where one iteration's battles went: per target its prompt arms by share; with
+    ``select.prompt_floor: auto``, per round the share each target spread evenly over the cells."""
+
+    iteration: int
+    policy: str
+    sections: dict[str, list[dict[str, Any]]]
+    floors: dict[int, dict[str, float]]
+
+    def header(self) -> str:
+        text = f"iteration {self.iteration}, policy {self.policy}"
+        if self.floors:
+            text += "; prompt floor (auto) per round: " + "; ".join(
+                f"r{r} " + ", ".join(f"{t} {f:.2f}" for t, f in by_target.items()) for r, by_target in self.floors.items())
+        return text
+
+
+def arms_report(run_dir: Path, iteration: int | None) -> ArmsReport:
+    """The bandit record of an iteration (default: the latest) from summary.json and the select stages."""
     store = RunStore(run_dir)
     entries = [e for e in (read_json(store.summary_path) or {}).get("iterations", []) if e.get("bandit")]
     if iteration is not None:
@@ -55,8 +74,12 @@ def arms_report(run_dir: Path, iteration: int | None) -> tuple[int, str, dict[st
     if not entries:
         raise QueryError(f"{run_dir}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
     e = entries[-1]
-    policy = (store.stage_json(e["iteration"], "select-r1") or {}).get("policy", "?")
-    return e["iteration"], policy, {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()}
+    k = e["iteration"]
+    rounds = load_config(Path(run_dir) / "config.yaml").select.rounds
+    selects = {r: store.stage_json(k, f"select-r{r}") or {} for r in range(1, rounds + 1)}
+    return ArmsReport(k, selects[1].get("policy", "?"),
+                      {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()},
+                      {r: d["floors"] for r, d in selects.items() if d.get("floors")})
 
 
 def plot(run_dir: Path, out: Path) -> None:

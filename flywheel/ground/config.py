@@ -5,7 +5,7 @@ the train section's). Loading it from YAML, with overrides, is ``config_io``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -15,6 +15,9 @@ from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConf
 # The embedded task suite's categories, named here so that the config stands alone;
 # flywheel.worlds.tasks.GENERATORS makes the prompts of each (a test keeps the two in step).
 CATEGORIES: tuple[str, ...] = ("add", "sub", "mul", "rev", "sort", "count")
+
+
+Share = Annotated[float, Field(ge=0, le=1)]
 
 
 class RunConfig(Strict):
@@ -161,8 +164,11 @@ class SelectConfig(Strict):
     opponent_discount: float = Field(1.0, gt=0, le=1, description="The same for the per-cell opponent bandits; "
                                      "opponents do not change, so by default nothing is forgotten.")
     window: int = Field(0, ge=0, description="Keep only the last W rounds of rewards (0 = all).")
-    prompt_floor: float = Field(0.5, ge=0, le=1, description="Share of each round's battles spread evenly over "
-                                "all prompt cells before the bandit picks the rest (0 = all bandit, 1 = all even).")
+    prompt_floor: Share | Literal["auto"] = Field(0.5, description="Share of each round's battles spread evenly "
+                                                 "over all prompt cells before the bandit picks the rest (0 = all "
+                                                 "bandit, 1 = all even); auto: 1 - the Gini coefficient of the prompt "
+                                                 "bandit's value estimates over the cells, each round (even where the "
+                                                 "cells look alike, bandit where a few stand out).")
     exploration: float = Field(1.0, gt=0, description="Exploration strength (UCB's c, EXP3's gamma/0.1).")
     pfsp_mode: Literal["hard", "variance"] = Field("hard", description="PFSP f(x): (1-x)^p or x(1-x).")
     pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")

@@ -166,6 +166,15 @@ class Bandit:
                  "value": round(float(means[i]), 4)} for i, a in enumerate(self.arms)]
 
 
+def gini(values: np.ndarray | list[float]) -> float:
+    """The Gini coefficient of non-negative ``values``: 0 when all are equal, approaching 1 when
+    one holds everything (mean absolute difference over twice the mean); 0 for all zeros."""
+    x = np.clip(np.asarray(values, dtype=np.float64), 0, None)
+    if len(x) < 2 or x.sum() <= 0:
+        return 0.0
+    return float(np.abs(x[:, None] - x[None, :]).mean() / (2 * x.mean()))
+
+
 def pfsp_weights(win_rates: np.ndarray, mode: str = "hard", p: float = 2.0) -> np.ndarray:
     """Prioritized fictitious self-play weights over opponents from the target's win rate x
     against each: ``hard`` = (1 - x)^p (favour opponents the target loses to), ``variance`` =

@@ -183,9 +183,13 @@ def read_stage(store: RunStore, k: int, name: str, result: type[R]) -> R | None:
     return None if data is None else result.from_json(data)
 
 
-def stage(base: str, result: type[JsonRecord], per_round: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
+def stage(base: str, result: type[JsonRecord], per_round: bool = False,
+          publishes: str | None = None) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Run the stage unless its result is on disk; store the result and the stage's timing.
-    A ``per_round`` stage takes the round number after ``k`` and is recorded as ``<base>-r<n>``."""
+    A ``per_round`` stage takes the round number after ``k`` and is recorded as ``<base>-r<n>``.
+    ``publishes`` names what the Prefect flow publishes once the stage is done (``leaderboard``,
+    ``datasets``, ``checkpoints``: flows/flywheel_flow.py's ``PUBLISHERS``); the stage itself
+    publishes nothing."""
     def wrap(fn: Callable[..., R]) -> Callable[..., R]:
         @functools.wraps(fn)
         def run(ctx: Context, k: int, *args: Any) -> R:
@@ -198,6 +202,7 @@ def stage(base: str, result: type[JsonRecord], per_round: bool = False) -> Calla
             ctx.store.save_stage_json(k, name, out.to_json(), time.perf_counter() - t0)
             return out
 
+        run.publishes = publishes  # type: ignore[attr-defined]
         return run
 
     return wrap

@@ -15,7 +15,7 @@ from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
 
 
-@stage("curate", CurateResult)
+@stage("curate", CurateResult, publishes="datasets")
 def curate_datasets(ctx: Context, k: int) -> CurateResult:
     """Turn this iteration's judged battles into SFT and DPO datasets on disk."""
     eval_texts = {p.text for p in ctx.eval_split}

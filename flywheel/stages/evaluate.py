@@ -25,7 +25,7 @@ from flywheel.stages.context import Context, stage
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 
 
-@stage("evaluate", EvalResult)
+@stage("evaluate", EvalResult, publishes="leaderboard")
 def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     versions = [versioned(t, k) for t in ctx.roster.targets]
     active = ctx.cfg.evaluate.sampling == "active"  # prompt worlds only (the config says so)

@@ -47,7 +47,7 @@ def run_baseline(ctx: Context, runner: Runner = InProcess()) -> IterationSummary
 
 
 def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> IterationSummary:
-    """select -> battle -> judge per round, then rate -> curate -> train -> merge -> evaluate ->
+    """select -> battle -> judge -> reward per round, then rate -> curate -> train -> merge -> evaluate ->
     promote -> allocate; every stage skips itself when its result is on disk (resume)."""
     t0 = time.perf_counter()
     plan = read_stage(ctx.store, k - 1, "allocate", Allocation)
@@ -63,6 +63,7 @@ def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> Iterati
         if ctx.store.stage_json(k, f"judge-r{rnd}") is None:
             runner.shards("judge-shard", judge.judge_shard, run_dir, k, rnd, n)
         runner.stage("judge", judge.judge_round, ctx, k, rnd)
+        runner.stage("reward", select.reward_round, ctx, k, rnd)
     runner.stage("rate", rate.rate_arena, ctx, k)
     runner.stage("curate", curate.curate_datasets, ctx, k)
     runner.stage("train", train.train_targets, ctx, k, plan.train_steps)

@@ -1,17 +1,15 @@
-"""judge: the judge decides one round's battles (shard by shard, as they were played), and the
-round's verdicts reward each target's bandits."""
+"""judge: the judge decides one round's battles (shard by shard, as they were played); the judge
+guard checks the round's verdicts before anything learns from them."""
 
 from __future__ import annotations
 
 from flywheel.arena.battles import judge_batch
 from flywheel.ground.atomic import atomic_write_json
-from flywheel.ground.records import Battle, JudgedBattle, Judgment, base_name
+from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.store import iter_name
 from flywheel.stages.battle import shard_count
 from flywheel.stages.context import Context, stage, worker_context
 from flywheel.stages.results import JudgeResult
-from flywheel.stages.rewards import round_feedback
-from flywheel.stages.select import load_selector
 from judges.build import build_verifier
 from judges.guard import JudgeGuardError, check
 
@@ -35,13 +33,12 @@ def judge_shard(run_dir: str, k: int, rnd: int, i: int) -> int:
 
 @stage("judge", JudgeResult, per_round=True)
 def judge_round(ctx: Context, k: int, rnd: int) -> JudgeResult:
-    """Judge every shard of the round not judged yet (as ``battle_round``), then feed the
-    round's rewards to the bandits."""
+    """Judge every shard of the round not judged yet (as ``battle_round``), then guard the round's
+    verdicts (the select stage's ``reward_round`` then rewards the bandits with them)."""
     n = shard_count(ctx, k, rnd)
     new = sum(judge_shard(str(ctx.store.root), k, rnd, i) for i in range(n))
     guard_round(ctx, k, rnd, n)
     js = ctx.store.judgments(k, "train")
-    update_bandits(ctx, k, rnd)
     counts: dict[str, int] = {}
     for j in js.values():
         key = j.winner or "invalid"
@@ -72,22 +69,3 @@ def guard_round(ctx: Context, k: int, rnd: int, n: int) -> None:
         + f". Nothing was trained on them; they were moved to {folder}. Fix the judge (judge.* in "
         f"{ctx.store.root / 'config.yaml'}: another model or template, or the limits), then "
         f"`flywheel run --resume {ctx.store.root}`: the round is judged again, without cached verdicts.")
-
-
-def update_bandits(ctx: Context, k: int, rnd: int) -> None:
-    """Update each target's bandits with round (k, rnd)'s rewards, once (the saved state marks it)."""
-    round_ids = {s.battle_id for s in ctx.store.plan(k, rnd) or []}
-    judged = ctx.store.judged(k, "train")
-    for t in ctx.roster.targets:
-        path = ctx.store.bandit_path(t, k, rnd)
-        if path.exists():
-            continue
-        sel = load_selector(ctx, t, k, rnd)
-        mine = [jb for jb in judged if jb.battle.battle_id in round_ids and _plays(jb, t)]
-        earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and _plays(jb, t)]
-        sel.update(round_feedback(ctx, t, k, mine, earlier))
-        atomic_write_json(path, sel.state())
-
-
-def _plays(jb: JudgedBattle, target: str) -> bool:
-    return target in (base_name(jb.battle.model_a), base_name(jb.battle.model_b))

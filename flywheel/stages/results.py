@@ -51,6 +51,18 @@ class SelectResult(StageRecord):
     battles: int
     policy: str
     arms: dict[str, int]
+    # select.prompt_floor auto: per target, the share of this round's battles spread evenly.
+    floors: dict[str, float] | None = optional()
+
+
+@dataclass(frozen=True)
+class RewardResult(StageRecord):
+    """One round's rewards to the bandits: ``select.reward``, per target the battles that rewarded
+    its bandits and their mean reward (a target whose bandits had learnt the round before: none)."""
+
+    reward: str
+    battles: dict[str, int]
+    mean: dict[str, float]
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,16 @@
-"""select: the bandits choose one round of train battles (prompt cells x opponents) per target."""
+"""select: the bandits choose one round of train battles (prompt cells x opponents) per target,
+and, once the round is judged, learn from its rewards. The select stage is the only owner of the
+bandits' state (``bandits/`` in the run directory)."""
 
 from __future__ import annotations
 
 from flywheel.arena import selection
 from flywheel.arena.selection import Selector
+from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import BattleSpec
 from flywheel.stages.context import Context, stage
-from flywheel.stages.results import SelectResult
+from flywheel.stages.results import RewardResult, SelectResult
+from flywheel.stages.rewards import round_feedback
 
 
 def round_budget(total: int, rounds: int, rnd: int) -> int:
@@ -36,6 +40,8 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
     resumed run plays exactly these battles."""
     cfg = ctx.cfg.select
     specs: list[BattleSpec] = ctx.store.plan(k, rnd) or []
+    floors = {t: round(selection.prompt_floor(cfg, load_selector(ctx, t, k, rnd).prompt), 4)
+              for t in ctx.roster.targets} if cfg.prompt_floor == "auto" else None
     if not specs:
         earlier = ctx.store.plan(k) or []
         for t in ctx.roster.targets:
@@ -49,4 +55,27 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, version, n, k, rnd,
                                           ctx.cfg.run.seed, used, rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
-    return SelectResult(len(specs), cfg.policy, count_arms(specs))
+    return SelectResult(len(specs), cfg.policy, count_arms(specs), floors)
+
+
+@stage("reward", RewardResult, per_round=True)
+def reward_round(ctx: Context, k: int, rnd: int) -> RewardResult:
+    """Reward each target's bandits with round (k, rnd)'s verdicts, once: the saved state marks a
+    round learnt (a run directory whose judge stage did this before keeps its state)."""
+    round_ids = {s.battle_id for s in ctx.store.plan(k, rnd) or []}
+    judged = ctx.store.judged(k, "train")
+    rewards: dict[str, list[float]] = {}
+    for t in ctx.roster.targets:
+        path = ctx.store.bandit_path(t, k, rnd)
+        if path.exists():
+            continue
+        sel = load_selector(ctx, t, k, rnd)
+        mine = [jb for jb in judged if jb.battle.battle_id in round_ids and selection.plays(jb.battle, t)]
+        earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and selection.plays(jb.battle, t)]
+        feedback = round_feedback(ctx, t, k, mine, earlier)
+        sel.update(feedback)
+        atomic_write_json(path, sel.state())
+        rewards[t] = [r for _, _, r in feedback]
+    return RewardResult(ctx.cfg.select.reward, {t: len(r) for t, r in rewards.items()},
+                        {t: round(sum(r) / len(r), 4) for t, r in rewards.items() if r})
+

@@ -18,7 +18,7 @@ from judges.diagnostics import diagnose
 
 def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
     """Append iteration ``k`` to summary.json (replacing an entry a killed run left behind)."""
-    # select, battle and judge run per round (select-r1, ...); the plans and logs cover them.
+    # select, battle, judge and reward run per round (select-r1, ...); the plans and logs cover them.
     store = ctx.store
     curated = read_stage(store, k, "curate", CurateResult)
     trained = read_stage(store, k, "train", TrainResult)

@@ -24,7 +24,7 @@ from flywheel.stages.results import TargetTraining, TrainResult
 log = logging.getLogger("flywheel")
 
 
-@stage("train", TrainResult)
+@stage("train", TrainResult, publishes="checkpoints")
 def train_targets(ctx: Context, k: int, steps: dict[str, int]) -> TrainResult:
     """Every target's version ``k`` (``steps``: training steps per target), one at a time."""
     one = launch_training if ctx.cfg.train.launcher == "accelerate" else train_target
