@@ -36,10 +36,11 @@ demo-llm: install
 	$(VENV)/bin/flywheel models add smollm2
 	$(VENV)/bin/flywheel run flows/recipes/smollm2.yaml
 
-# One worker per core (at most 4): each builds its own tiny models and starts its own Prefect server.
+# One worker per core (at most 4): each builds its own tiny models and starts its own Prefect server;
+# worksteal: a worker that runs dry takes tests from the other's queue (the long runs are collected first).
 test: install
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest --numprocesses auto --maxprocesses 4
+	$(PY) -m pytest --numprocesses auto --maxprocesses 4 --dist worksteal
 
 clean:
 	rm -rf data/runs .prefect .hf .pytest_cache .import_linter_cache

@@ -44,6 +44,21 @@ TINY_TASKS = {"train_per_cell": 30, "eval_per_cell": 2, "val_per_cell": 2}
 # The four models as pre-trained once (``python -m tests.golden --models`` rewrites them): shipped,
 # so that runs from them, and the golden digests, are the same on every machine whatever its
 # floating point would have pre-trained.
+# The modules whose tests are whole runs (Prefect servers, killed and resumed runs, real models),
+# longest first: collected first, so that the pytest workers start on them together and end on
+# the short tests (with ``--dist worksteal`` a worker that runs dry takes over the other's queue).
+LONG_MODULES = ("test_resume", "test_schedule", "test_flow", "test_api_flywheel", "test_rl", "test_realmodels",
+                "test_games_flow", "test_config", "test_training", "test_promotion", "test_chat")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.module.__name__.rpartition(".")[2] if item.module else ""
+        return LONG_MODULES.index(name) if name in LONG_MODULES else len(LONG_MODULES)
+
+    items.sort(key=rank)  # stable: each module keeps its own order
+
+
 FIXTURE_MODELS = Path(__file__).parent / "fixtures" / "tiny-models"
 
 

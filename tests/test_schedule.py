@@ -18,19 +18,24 @@ from flywheel.stages.context import open_run
 from tests.conftest import start_prefect_server, stop, tiny_tree
 
 
-def test_an_interval_schedule_served_on_a_real_server_runs_the_flywheel(tiny_models_dir, tmp_path, cli_env):
-    # its own server: the flow runs it lists must be this test's only
-    (tmp_path / "server").mkdir()
-    server, api = start_prefect_server(tmp_path / "server", cli_env)
+def test_an_interval_schedule_served_on_a_real_server_runs_the_flywheel(tiny_models_dir, tmp_path, cli_env, prefect_api):
+    # The session's server where it came up (the runs listed are this deployment's only), else one of its own.
+    server = None
+    if prefect_api is None:
+        (tmp_path / "server").mkdir()
+        server, prefect_api = start_prefect_server(tmp_path / "server", cli_env)
+    api = prefect_api
     env = {**cli_env, "PREFECT_API_URL": api, "PREFECT_UI_ENABLED": "false"}
+    name = f"test-{tmp_path.name}"
     serve = None
+    dep: dict = {}
     try:
         tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="nightly", run__iterations=5, rating__bootstrap_rounds=5)
         path = tmp_path / "nightly.yaml"
         path.write_text(yaml.safe_dump(tree))
         serve_log = (tmp_path / "serve.log").open("w")
         serve = subprocess.Popen([sys.executable, "-m", "flywheel.cli", "schedule", str(path), "--interval", "5",
-                                  "--name", "test"], env=env, stdout=serve_log, stderr=subprocess.STDOUT,
+                                  "--name", name], env=env, stdout=serve_log, stderr=subprocess.STDOUT,
                                  start_new_session=True)
         completed: list[dict] = []
         deadline = time.monotonic() + 420
@@ -38,17 +43,25 @@ def test_an_interval_schedule_served_on_a_real_server_runs_the_flywheel(tiny_mod
             assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(3)
-            runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_ASC"}, timeout=10).json()
+            got = httpx.get(f"{api}/deployments/name/flywheel-scheduled/{name}", timeout=10)
+            if got.status_code != 200:
+                continue
+            dep = got.json()
+            runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_ASC", "deployments": {
+                "id": {"any_": [dep["id"]]}}}, timeout=10).json()
             failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
             assert not failed, (tmp_path / "serve.log").read_text()[-3000:]
-            completed = [r for r in runs if r["state_type"] == "COMPLETED" and r["deployment_id"]]
-        dep = httpx.get(f"{api}/deployments/name/flywheel-scheduled/test", timeout=10).json()
+            completed = [r for r in runs if r["state_type"] == "COMPLETED"]
+        assert all(r["deployment_id"] == dep["id"] for r in completed)
         assert dep["schedules"][0]["schedule"]["interval"] == 5.0
         assert dep["parameters"]["config"]["run"]["name"] == "nightly"
     finally:
         if serve is not None:
             stop(serve)
-        stop(server)
+        if dep.get("id"):  # the shared server schedules no more runs of it
+            httpx.delete(f"{api}/deployments/{dep['id']}", timeout=10)
+        if server is not None:
+            stop(server)
     # The first trigger made the run and one iteration (schedule.mode continue), not run.iterations;
     # a later trigger (if one finished while stopping) added one more to the same run.
     summary = json.loads((tmp_path / "runs" / "nightly" / "summary.json").read_text())
