@@ -216,7 +216,7 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
     here, so that the flow run is named after it."""
     cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:
-        run_cfg = load_config(Path(resume) / "config.yaml")
+        run_cfg = load_config(RunStore(Path(resume)).config_path)
         name = run_cfg.run.name or Path(resume).name
     else:
         run_cfg = cfg = cfg.model_copy(deep=True)
@@ -233,7 +233,8 @@ def flow_run_name() -> str:
     cfg = params["config"]
     cfg = cfg if isinstance(cfg, FlywheelConfig) else FlywheelConfig.model_validate(cfg)
     root = Path(params["resume"]) if params.get("resume") else Path(cfg.run.root) / str(cfg.run.name)
-    done = done_in(RunStore(root)) if (root / "config.yaml").exists() else []
+    store = RunStore(root)
+    done = done_in(store) if store.config_path.exists() else []
     last = cfg.run.iterations if params.get("more") is None else max(done, default=0) + params["more"]
     return f"{cfg.run.name or root.name}-iter{last}"
 
@@ -276,5 +277,5 @@ def scheduled_flywheel(config: FlywheelConfig) -> str:
         return run_flywheel(cfg.model_dump(mode="json"))
     root = Path(cfg.run.root) / base
     cfg.run.name = base
-    resume = str(root) if (root / "config.yaml").exists() else None
+    resume = str(root) if RunStore(root).config_path.exists() else None
     return run_flywheel(cfg.model_dump(mode="json"), resume, more=1, lock_wait_s=cfg.schedule.lock_wait_s)

@@ -3,6 +3,7 @@ tree keeps them, and a deliberately bad import breaks the one it should."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -90,3 +91,68 @@ def test_the_flow_publishes_what_each_stage_declares_and_keys_on_no_stage_name()
                         "train.train_targets": "checkpoints"}
     assert set(flow.PUBLISHERS) == set(declared.values())
     assert 'name == "' not in inspect.getsource(flow.PrefectRunner)
+
+
+# The run directory's own files and folders: only the store (flywheel/ground/store.py) spells them.
+RUN_FILES = {"config.yaml", "summary.json", "manifest.json", "usage.jsonl"}
+RUN_FOLDERS = {"battles", "judgments", "quarantine", "bandits", "ratings", "models", "reward-models", "cache"}
+PATH_OWNERS = {"flywheel/ground/store.py"}
+# A dataset folder's own manifest (curation.py writes it inside iter-000k/sft), not the run's.
+NOT_RUN_PATHS = {("flywheel/learning/curation.py", "manifest.json")}
+
+
+def spelled_run_paths(source: str) -> list[tuple[int, str]]:
+    """(line, string) of each run-directory path ``source`` spells in code: a string constant that
+    is one of the run's own files, or a run folder (or ``iter-...``) joined onto a path with ``/``,
+    ``Path(...)``, ``joinpath`` or ``os.path.join``. Docstrings, comments and messages that mention
+    such a path are longer strings, so they pass."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in RUN_FILES:
+            found.append((node.lineno, node.value))
+        parts: list[ast.expr] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            parts = [node.right]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            parts = list(node.args) if name in ("Path", "PurePath", "joinpath", "join") else []
+        for part in parts:
+            if isinstance(part, ast.JoinedStr) and part.values and isinstance(part.values[0], ast.Constant):
+                part = part.values[0]  # f"iter-{k:04d}/sft": its leading text
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                continue
+            head = part.value.split("/")[0]
+            if head in RUN_FOLDERS or head.startswith("iter-"):
+                found.append((part.lineno, part.value))
+    return found
+
+
+@pytest.mark.parametrize("code, spelled", [
+    ('cfg = load_config(run_dir / "config.yaml")', ["config.yaml"]),
+    ('done = read_json(os.path.join(run_dir, "summary.json"))', ["summary.json"]),
+    ('n = len(list((ctx.store.root / "quarantine").glob(f"{why}-*")))', ["quarantine"]),
+    ('files = sorted(Path(root, "judgments").glob("*.parquet"))', ["judgments"]),
+    ('d = root.joinpath("ratings/history.json")', ["ratings/history.json"]),
+    ('d = root / f"iter-{k:04d}" / "sft"', ["iter-"]),
+    ('store.append_jsonl("usage.jsonl", row)', ["usage.jsonl"]),
+    ('"""Reads ``run_dir / "config.yaml"`` and summary.json."""\n'
+     'raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")  # judgments/ too', []),
+    ('cfg = load_config(store.config_path); shards = store.log_files("judgments")', []),
+])
+def test_the_path_scan_finds_a_spelled_run_path_and_nothing_else(code, spelled):
+    assert [s for _, s in spelled_run_paths(code)] == spelled
+
+
+def test_only_the_store_spells_a_path_in_the_run_directory():
+    """``RunStore`` names every path inside a run directory (config.yaml, summary.json, the logs,
+    quarantine/ ...); no other module of flywheel/, flows/ or judges/ joins one itself."""
+    found = []
+    for part in ("flywheel", "flows", "judges"):
+        for path in sorted((ROOT / part).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in PATH_OWNERS:
+                continue
+            found += [f"{rel}:{line}: {s!r}" for line, s in spelled_run_paths(path.read_text(encoding="utf-8"))
+                      if (rel, s) not in NOT_RUN_PATHS]
+    assert not found, "spelled outside flywheel/ground/store.py (ask the RunStore for it):\n" + "\n".join(found)

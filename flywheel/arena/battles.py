@@ -43,7 +43,7 @@ def generate_cached(
                "worker": f"{socket.gethostname()}:{os.getpid()}",  # mapped shards run on any process
                "generated": len(todo), "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
-        store.append_jsonl("usage.jsonl", row)
+        store.append_usage(row)
         log.debug("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
     return out
 
@@ -115,7 +115,7 @@ def _play_games(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts
     battles, usage = play_games(roster, todo, prompts, gc.prompt, gc.max_illegal)
     store.append_battles(battles, name)
     for row in usage:
-        store.append_jsonl("usage.jsonl", {"iteration": todo[0].iteration, "phase": todo[0].phase, **row})
+        store.append_usage({"iteration": todo[0].iteration, "phase": todo[0].phase, **row})
 
 
 def judge_pending(judge: PairwiseJudge, store: RunStore, iteration: int, phase: str, shard_size: int = 500) -> int:
@@ -148,4 +148,4 @@ def judge_batch(judge: PairwiseJudge, store: RunStore, todo: list[Battle], itera
                "judge_calls": j.calls - calls, "cache_hits": j.cache_hits - hits,
                "invalid": sum(1 for x in judgments if not x.valid)}
         row.update({k: round(after[k] - usage.get(k, 0), 6) for k in after})
-        store.append_jsonl("usage.jsonl", row)
+        store.append_usage(row)

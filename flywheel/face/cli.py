@@ -90,7 +90,7 @@ def run(
         except RunLockedError as e:
             fail(str(e), IN_USE)
         try:
-            _extend(resume / "config.yaml", cfg.run.iterations)
+            _extend(probe.config_path, cfg.run.iterations)
         finally:
             probe.unlock()
     import logging
@@ -110,9 +110,10 @@ def run(
     except JudgeGuardError as e:
         fail(str(e), RUNTIME)
     if as_json:
-        summary = json.loads((run_dir / "summary.json").read_text())
-        typer.echo(json.dumps({"run_dir": str(run_dir.resolve()), "summary": str((run_dir / "summary.json").resolve()),
-                               "config": str((run_dir / "config.yaml").resolve()),
+        store = RunStore(run_dir)
+        summary = json.loads(store.summary_path.read_text())
+        typer.echo(json.dumps({"run_dir": str(run_dir.resolve()), "summary": str(store.summary_path.resolve()),
+                               "config": str(store.config_path.resolve()),
                                "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
         return
     _print_result(run_dir)
@@ -126,7 +127,8 @@ def _resume_config(resume: Path, config: Path | None, set_: list[str]):
     """The config a ``--resume`` goes on with: the run's own config.yaml, with ``run.iterations``
     raised if ``--set`` asks (at least the iterations already done). A recipe or any other
     ``--set`` is refused, naming them, rather than silently ignored."""
-    if not (resume / "config.yaml").is_file():
+    store = RunStore(resume)
+    if not store.config_path.is_file():
         raise ConfigError(f"--resume {resume}: not a run directory (no config.yaml)")
     refused = [f"CONFIG {config}"] if config is not None else []
     overrides = parse_overrides(set_)
@@ -134,8 +136,8 @@ def _resume_config(resume: Path, config: Path | None, set_: list[str]):
     if refused:
         raise ConfigError(f"--resume goes on with the run's own config.yaml; it takes only --set run.iterations=N "
                           f"(to extend the run), not: {', '.join(refused)}")
-    cfg = load_config(resume / "config.yaml", set_)
-    done = [e.get("iteration") for e in (read_json(resume / "summary.json") or {}).get("iterations", [])]
+    cfg = load_config(store.config_path, set_)
+    done = [e.get("iteration") for e in (read_json(store.summary_path) or {}).get("iterations", [])]
     last = max(done, default=0)
     if cfg.run.iterations < last:
         raise ConfigError(f"--set run.iterations={cfg.run.iterations}: the run has already done {last} "

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from flywheel.ground.chat import TEXT_COLUMNS, as_text
 from flywheel.ground.dataset_files import dataset_rows, is_hf_dataset, parquet_rows
-from flywheel.ground.store import RunStore, iter_name
+from flywheel.ground.store import RunStore
 from flywheel.learning.curation import load_dataset_dir
 
 EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca", "messages")
@@ -28,7 +28,7 @@ def dir_size(path: Path) -> int:
 
 def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
     """One row per dataset of a run: iteration, kind, rows, bytes, path (the logs included)."""
-    if not (run_dir / "config.yaml").is_file():
+    if not RunStore.is_run_dir(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
 
     store = RunStore(run_dir)
@@ -40,7 +40,7 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
     for log in ("battles", "judgments"):
         for k, shards in store.log_shards(log).items():
             rows.append({"iteration": k, "dataset": log, "rows": sum(parquet_rows(p) for p in shards),
-                         "bytes": sum(p.stat().st_size for p in shards), "path": f"{log}/{iter_name(k)}-*.parquet"})
+                         "bytes": sum(p.stat().st_size for p in shards), "path": store.log_glob(log, k)})
     return sorted(rows, key=lambda r: (r["iteration"], r["dataset"]))
 
 
@@ -92,10 +92,12 @@ def _lengths(values: list[str]) -> dict[str, float]:
     return {"min": min(lens), "mean": round(statistics.fmean(lens), 2), "median": statistics.median(lens), "max": max(lens)}
 
 
-def _run_root(path: Path) -> Path | None:
+def _run_store(path: Path) -> RunStore | None:
+    """The run that ``path`` lies in (a folder with its config.yaml and a judgments log), if any."""
     for parent in [path, *path.parents]:
-        if (parent / "config.yaml").is_file() and (parent / "judgments").is_dir():
-            return parent
+        store = RunStore(parent)
+        if store.config_path.is_file() and store.log_dir("judgments").is_dir():
+            return store
     return None
 
 
@@ -116,9 +118,9 @@ def stats(path: Path) -> dict[str, Any]:
             out[key] = dict(sorted(Counter(str(r[col]) for r in rows).items()))
     if "margin" in rows[0]:  # a judgments log carries its margins
         out["judge_margins"] = _margins([r["margin"] for r in rows if r.get("winner") is not None])
-    elif (root := _run_root(path)) is not None and "battle_id" in rows[0]:
+    elif (store := _run_store(path)) is not None and "battle_id" in rows[0]:
         ids = {r["battle_id"] for r in rows}
-        margins = [r["margin"] for f in sorted((root / "judgments").glob("*.parquet"))
+        margins = [r["margin"] for f in store.log_files("judgments")
                    for r in pq.read_table(f, columns=["battle_id", "margin", "winner"]).to_pylist()
                    if r["battle_id"] in ids and r["winner"] is not None]
         if margins:

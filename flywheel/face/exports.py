@@ -33,7 +33,7 @@ def judged_with_times(run_dir: Path, phase: str = "all") -> list[tuple[JudgedBat
     fail), in log order, with the time its verdict was written (its judgment shard's mtime)."""
     import pyarrow.parquet as pq
 
-    if not (run_dir / "config.yaml").is_file():
+    if not RunStore.is_run_dir(run_dir):
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: expected one of {', '.join(PHASES)}")

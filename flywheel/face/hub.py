@@ -22,7 +22,7 @@ class PushError(RuntimeError):
 
 def dataset_folders(run_dir: Path) -> list[tuple[int, str, Path]]:
     """(iteration, kind, folder) of every curated dataset of the run, in the Parquet layout."""
-    if not (run_dir / "config.yaml").is_file():
+    if not RunStore.is_run_dir(run_dir):
         raise PushError(f"{run_dir} is not a run directory (no config.yaml)")
     found = []
     for k, kind, folder in RunStore(run_dir).datasets():

@@ -43,8 +43,9 @@ def subset_boards(run_dir: Path, k: int) -> dict[str, list[dict[str, Any]]]:
 
 def category_boards(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     """Eval leaderboards per task category, over all of a run's eval battles."""
-    cfg = load_config(Path(run_dir) / "config.yaml")
-    return boards(RunStore(run_dir).judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
+    store = RunStore(run_dir)
+    cfg = load_config(store.config_path)
+    return boards(store.judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def arms_report(run_dir: Path, iteration: int | None) -> ArmsReport:
         raise QueryError(f"{run_dir}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
     e = entries[-1]
     k = e["iteration"]
-    rounds = load_config(Path(run_dir) / "config.yaml").select.rounds
+    rounds = load_config(store.config_path).select.rounds
     selects = {r: store.stage_json(k, f"select-r{r}") or {} for r in range(1, rounds + 1)}
     return ArmsReport(k, selects[1].get("policy", "?"),
                       {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()},

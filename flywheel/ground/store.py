@@ -145,12 +145,34 @@ class RunStore:
         return [(int(d.parent.name.split("-")[1]), d.name, d) for d in sorted(self.root.glob("iter-*/*"))
                 if d.name in DATASET_KINDS and d.is_dir()]
 
+    def log_dir(self, kind: str) -> Path:
+        """The folder of the ``battles`` or ``judgments`` log."""
+        return self.root / kind
+
+    def log_files(self, kind: str) -> list[Path]:
+        """Every Parquet file of the ``battles`` or ``judgments`` log, in name order."""
+        return sorted(self.log_dir(kind).glob("*.parquet"))
+
+    @staticmethod
+    def log_glob(kind: str, k: int) -> str:
+        """The ``battles`` or ``judgments`` shards of iteration ``k`` as a pattern relative to the run."""
+        return f"{kind}/{iter_name(k)}-*.parquet"
+
     def log_shards(self, kind: str) -> dict[int, list[Path]]:
         """The ``battles`` or ``judgments`` shard files, by iteration."""
         out: dict[int, list[Path]] = {}
-        for p in sorted((self.root / kind).glob("iter-*.parquet")):
+        for p in sorted(self.log_dir(kind).glob("iter-*.parquet")):
             out.setdefault(int(p.name.split("-")[1]), []).append(p)
         return out
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @staticmethod
+    def is_run_dir(path: Path) -> bool:
+        """Whether ``path`` holds a run (its config.yaml)."""
+        return RunStore(path).config_path.is_file()
 
     @property
     def summary_path(self) -> Path:
@@ -249,7 +271,7 @@ class RunStore:
         """Write one shard: ``name`` (a mapped task's own shard, race-free) or the next number."""
         if not rows:
             return None
-        folder = self.root / kind
+        folder = self.log_dir(kind)
         folder.mkdir(parents=True, exist_ok=True)
         if name is None:
             n = len(list(folder.glob(f"{prefix}-*.parquet")))
@@ -261,7 +283,7 @@ class RunStore:
         return path
 
     def _read(self, kind: str, cls: type[R], prefix: str = "") -> list[R]:
-        folder = self.root / kind
+        folder = self.log_dir(kind)
         if not folder.exists():
             return []
         out: list[R] = []
@@ -281,7 +303,11 @@ class RunStore:
 
     def shard_files(self, kind: str, k: int, phase: str) -> list[str]:
         """The ``battles`` or ``judgments`` shards of (iteration, phase), relative to the run."""
-        return sorted(str(p.relative_to(self.root)) for p in (self.root / kind).glob(f"{iter_name(k)}-{phase}-*.parquet"))
+        return sorted(str(p.relative_to(self.root)) for p in self.log_dir(kind).glob(f"{iter_name(k)}-{phase}-*.parquet"))
+
+    def quarantine_attempts(self, prefix: str) -> int:
+        """How many ``quarantine/<prefix>-*`` folders there are (earlier quarantines of a round)."""
+        return len(list((self.root / "quarantine").glob(f"{prefix}-*")))
 
     def quarantine_judgments(self, names: list[str], why: str) -> Path:
         """Move these judgment shards out of the log (to ``quarantine/<why>/``): their verdicts
@@ -289,16 +315,16 @@ class RunStore:
         folder = self.root / "quarantine" / why
         folder.mkdir(parents=True, exist_ok=True)
         for name in names:
-            src = self.root / "judgments" / f"{name}.parquet"
+            src = self.log_dir("judgments") / f"{name}.parquet"
             if src.exists():
                 os.replace(src, folder / src.name)
         return folder
 
     def shard_exists(self, kind: str, name: str) -> bool:
-        return (self.root / kind / f"{name}.parquet").exists()
+        return (self.log_dir(kind) / f"{name}.parquet").exists()
 
     def read_shard(self, kind: str, name: str, cls: type[R]) -> list[R]:
-        path = self.root / kind / f"{name}.parquet"
+        path = self.log_dir(kind) / f"{name}.parquet"
         return [cls.from_row(r) for r in pq.read_table(path).to_pylist()] if path.exists() else []
 
     def battles(self, iteration: int | None = None, phase: str | None = None) -> list[Battle]:
@@ -319,6 +345,13 @@ class RunStore:
                 if b.ok and b.battle_id in js and js[b.battle_id].valid]
 
     # -- small append-only logs ------------------------------------------------------------
+    def append_usage(self, row: dict[str, Any]) -> None:
+        """One row of ``usage.jsonl``: a player's (or the judge's) generations, calls and cost."""
+        self.append_jsonl("usage.jsonl", row)
+
+    def usage(self) -> list[dict[str, Any]]:
+        return self.read_jsonl("usage.jsonl")
+
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
         path = self.root / name
         path.parent.mkdir(parents=True, exist_ok=True)

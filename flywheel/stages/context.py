@@ -107,25 +107,26 @@ def open_run(cfg: FlywheelConfig, resume: Path | None = None, lock_wait_s: float
     On resume the run's own config.yaml is the config; the run directory is locked either way
     (waiting up to ``lock_wait_s`` for another process to finish with it)."""
     if resume is not None:
-        if not (resume / "config.yaml").exists():
+        config = RunStore(resume).config_path
+        if not config.exists():
             raise FileNotFoundError(f"{resume} is not a run directory (no config.yaml)")
-        cfg = load_config(resume / "config.yaml")
+        cfg = load_config(config)
         store = RunStore(resume, cfg.run.cache_dir)
         store.lock(lock_wait_s)
         return _register(Context(cfg, store))
     run_id = cfg.run.name or new_run_id()
     root = Path(cfg.run.root) / run_id
-    if (root / "config.yaml").exists():
+    if RunStore(root).config_path.exists():
         raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
     cfg = cfg.model_copy(deep=True)
     cfg.run.name = run_id
     store = RunStore(root, cfg.run.cache_dir)
     store.lock(lock_wait_s)
-    if (root / "config.yaml").exists():  # created by another process while this one waited
+    if store.config_path.exists():  # created by another process while this one waited
         store.unlock()
         raise FileExistsError(f"{root} already exists; use --resume {root} to continue it")
     ctx = Context(cfg, store)
-    atomic_write_text(root / "config.yaml", dump_config(cfg))
+    atomic_write_text(store.config_path, dump_config(cfg))
     atomic_write_json(store.manifest_path, _manifest(ctx))
     return _register(ctx)
 
@@ -148,7 +149,7 @@ def worker_context(run_dir: str) -> Context:
     which the flow process holds)."""
     key = str(Path(run_dir).resolve())
     if key not in _CONTEXTS:
-        cfg = load_config(Path(run_dir) / "config.yaml")
+        cfg = load_config(RunStore(Path(run_dir)).config_path)
         _CONTEXTS[key] = Context(cfg, RunStore(Path(run_dir), cfg.run.cache_dir))
     return _CONTEXTS[key]
 

@@ -60,12 +60,12 @@ def guard_round(ctx: Context, k: int, rnd: int, n: int) -> None:
     if not report.problems:
         return
     why = f"{iter_name(k)}-r{rnd}"
-    attempt = len(list((ctx.store.root / "quarantine").glob(f"{why}-*")))
+    attempt = ctx.store.quarantine_attempts(why)
     folder = ctx.store.quarantine_judgments(names, f"{why}-{attempt}")
     atomic_write_json(ctx.store.stage_path(k, f"judge-guard-r{rnd}"), {**report.to_json(), "quarantine": str(folder)})
     raise JudgeGuardError(
         f"judge guard stopped iteration {k}, round {rnd} ({report.judged} model verdicts): "
         + "; ".join(report.problems)
         + f". Nothing was trained on them; they were moved to {folder}. Fix the judge (judge.* in "
-        f"{ctx.store.root / 'config.yaml'}: another model or template, or the limits), then "
+        f"{ctx.store.config_path}: another model or template, or the limits), then "
         f"`flywheel run --resume {ctx.store.root}`: the round is judged again, without cached verdicts.")

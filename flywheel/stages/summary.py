@@ -63,7 +63,7 @@ def judge_report(ctx: Context, k: int) -> dict[str, Any]:
 def usage_summary(store: RunStore, k: int) -> dict[str, dict[str, float]]:
     """Per player, this iteration's generations, failures, API calls, retries, tokens and cost."""
     out: dict[str, dict[str, float]] = {}
-    for row in store.read_jsonl("usage.jsonl"):
+    for row in store.usage():
         if row.get("iteration") != k:
             continue
         acc = out.setdefault(row["player"], {})

@@ -202,7 +202,8 @@ def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) 
     import json
 
     iters = list(range(1, k + 1)) if ctx.cfg.train.replay else [k]
-    data = [f"iter-{i:04d}/sft" for i in iters] + [f"iter-{k:04d}/dpo"]
+    used = [(i, "sft") for i in iters] + [(k, "dpo")]
+    data = [str(ctx.store.dataset_dir(i, kind).relative_to(ctx.store.root)) for i, kind in used]
     method = tc.method + (" (LoRA adapter)" if adapter else " (LoRA, merged)" if tc.lora else "")
     return (
         "---\nlibrary_name: " + ("peft" if adapter else "transformers") + "\n"

@@ -97,7 +97,7 @@ class Roster:
 
     def __post_init__(self) -> None:
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
-        spent = sum(r.get("cost_usd", 0.0) for r in self.store.read_jsonl("usage.jsonl"))
+        spent = sum(r.get("cost_usd", 0.0) for r in self.store.usage())
         self.budget = Budget(self.cfg.budget.max_usd, spent)  # a resumed run remembers what it spent
 
     @property
