@@ -50,8 +50,8 @@ def test_bad_rows_fail_with_line_numbers_unless_skipped(log, tmp_path, cli_env):
     path.write_text("\n".join(lines) + "\n")
     p = run(["rate", str(path)], cli_env, ok=False)
     assert p.returncode == 2
-    assert "line 4: winner 'draw'" in p.stderr and "line 11: invalid JSON" in p.stderr
-    assert "line 21: missing model_b" in p.stderr and "Traceback" not in p.stderr
+    assert "b.jsonl:4: winner 'draw'" in p.stderr and "b.jsonl:11: not JSON" in p.stderr
+    assert "b.jsonl:21: missing model_b" in p.stderr and "Traceback" not in p.stderr
     p = run(["rate", str(path), "--skip-bad", "--bootstrap", "5"], cli_env)
     assert "skipped 3 bad row(s)" in p.stderr and "gpt-4" in p.stdout
 
@@ -59,10 +59,10 @@ def test_bad_rows_fail_with_line_numbers_unless_skipped(log, tmp_path, cli_env):
 def test_csv_and_json_bad_rows_name_their_lines(tmp_path, cli_env):
     csv_path = tmp_path / "b.csv"
     csv_path.write_text("model_a,model_b,winner\na,b,model_a\na,b,maybe\nb,a,tie\n")
-    assert "line 3: winner 'maybe'" in run(["rate", str(csv_path)], cli_env, ok=False).stderr
+    assert "b.csv:3: winner 'maybe'" in run(["rate", str(csv_path)], cli_env, ok=False).stderr
     js = tmp_path / "b.json"
     js.write_text('[\n {"model_a": "a", "model_b": "b", "winner": "tie"},\n {"model_a": "a", "model_b": "a", "winner": "tie"}\n]\n')
-    assert "line 3: a model cannot battle itself" in run(["rate", str(js)], cli_env, ok=False).stderr
+    assert "b.json:3: a model cannot battle itself" in run(["rate", str(js)], cli_env, ok=False).stderr
 
 
 def test_by_category_anchor_matrix_and_reference(log, tmp_path, cli_env):
@@ -153,7 +153,7 @@ def test_a_long_json_list_names_the_line_of_each_bad_record(log, tmp_path):
     starts = [n for n, line in enumerate(lines, 1) if line == " {"]  # where each record begins
     good, bad = read_battles(path)
     assert len(starts) == 300 and len(good) == 299
-    assert [str(b) for b in bad] == [f"line {starts[250]}: winner 'draw' is not one of model_a, model_b, tie, "
+    assert [str(b) for b in bad] == [f"b.json:{starts[250]}: winner 'draw' is not one of model_a, model_b, tie, "
                                      "tie (bothbad)"]
     broken = starts[280] + 2  # the record's second field loses its colon
     lines[broken - 1] = lines[broken - 1].replace('":', '" ', 1)
@@ -162,7 +162,7 @@ def test_a_long_json_list_names_the_line_of_each_bad_record(log, tmp_path):
         read_battles(path)
         raise AssertionError("invalid JSON was read")
     except BattleLogError as e:
-        assert f"line {broken}: invalid JSON" in str(e), str(e)
+        assert f"b.json:{broken}: not JSON" in str(e), str(e)
 
 
 @pytest.mark.parametrize("suffix", ["jsonl", "json", "csv"])

@@ -1,9 +1,11 @@
 """Read battle logs in the Chatbot Arena layout: ``model_a``, ``model_b``, ``winner``
 (``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), optional ``category``.
 
-JSONL, JSON (a list of records), CSV and Parquet. Every bad row is reported with where it is
-(the line for text formats, the row for Parquet); the caller decides whether to fail or skip.
-Reference rankings (``read_reference``) and a leaderboard's consistency with one live here too.
+JSONL, JSON (a list of records), CSV, TSV and Parquet, read by ``flywheel.ground.row_files``. Every
+bad row is reported with where it is (``file:line``, ``file:row N`` for Parquet); the caller
+decides whether to fail or skip. A break that leaves the rest unreadable (a JSON list broken, a
+CSV quote left open) fails the whole log. Reference rankings (``read_reference``) and a leaderboard's
+consistency with one live here too.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from flywheel.ground.row_files import BadRow, RowFileError, read_row_file
 from flywheel.maths.ratings import OUTCOME, Rating
+
+COLUMNS = ("model_a", "model_b", "winner")
 
 
 @dataclass(frozen=True)
@@ -28,15 +33,6 @@ class ArenaBattle:
     category: str | None = None
 
 
-@dataclass(frozen=True)
-class BadRow:
-    where: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.reason}"
-
-
 class BattleLogError(ValueError):
     """The file cannot be read as a battle log at all (format, missing columns)."""
 
@@ -44,7 +40,7 @@ class BattleLogError(ValueError):
 def _check(row: Any) -> ArenaBattle | str:
     if not isinstance(row, dict):
         return "not an object"
-    missing = [c for c in ("model_a", "model_b", "winner") if row.get(c) in (None, "")]
+    missing = [c for c in COLUMNS if row.get(c) in (None, "")]
     if missing:
         return f"missing {', '.join(missing)}"
     a, b, w = row["model_a"], row["model_b"], row["winner"]
@@ -58,49 +54,30 @@ def _check(row: Any) -> ArenaBattle | str:
     return ArenaBattle(a, b, w, None if cat in (None, "") else str(cat))
 
 
-def _json_records(text: str) -> list[tuple[int, Any]]:
-    """(line, record) for each element of a top-level JSON array, with the line it starts on."""
-    dec = json.JSONDecoder()
-    i = len(text) - len(text.lstrip())
-    if not text[i:].startswith("["):
-        raise BattleLogError("a JSON battle log must be a list of records")
-    i += 1
-    out = []
-    line, counted = 1, 0  # the line at ``counted``: newlines are counted once, as the scan moves on
-    while True:
-        while i < len(text) and text[i] in " \t\r\n,":
-            i += 1
-        if i >= len(text):
-            raise BattleLogError("the JSON list is not closed")
-        if text[i] == "]":
-            return out
-        line, counted = line + text.count("\n", counted, i), i
-        try:
-            obj, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError as e:
-            raise BattleLogError(f"line {line + text.count(chr(10), counted, e.pos)}: invalid JSON: {e.msg}") from None
-        out.append((line, obj))
-
-
 def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
     """All good battles and all bad rows of a battle log; the format follows the extension."""
     path = Path(path)
     if not path.is_file():
         raise BattleLogError(f"{path}: no such file")
-    suffix = path.suffix.lower()
     try:
-        rows = _rows(path, suffix)
-    except BattleLogError:
-        raise
-    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:  # pyarrow's errors are ValueErrors/OSErrors
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise BattleLogError(f"{path}: cannot be read as {suffix.lstrip('.') or 'a battle log'}: {first}") from None
+        got = read_row_file(path)
+    except RowFileError as e:
+        raise BattleLogError(str(e)) from None
+    if got.columns is not None and not set(COLUMNS) <= set(got.columns):
+        if got.format == "parquet":
+            raise BattleLogError(f"{path}: needs columns model_a, model_b and winner (has {list(got.columns)})")
+        raise BattleLogError(f"{path}: the header needs model_a, model_b and winner (has {sorted(got.columns)})")
     good: list[ArenaBattle] = []
     bad: list[BadRow] = []
-    for where, row in rows:
-        checked = _check(row) if not isinstance(row, str) else row
+    for row in got.rows:
+        if isinstance(row, BadRow):
+            if row.last:  # rating the rows before the break would hide the rest of the log
+                raise BattleLogError(f"{path}: {row}")
+            bad.append(row)
+            continue
+        checked = _check(row.value)
         if isinstance(checked, str):
-            bad.append(BadRow(where, checked))
+            bad.append(BadRow(row.where, checked))
         else:
             good.append(checked)
     return good, bad
@@ -157,18 +134,17 @@ def _parquet_columns(path: Path) -> BattleColumns | None:
         table = pq.read_table(path)
     except (OSError, ValueError):
         return None  # the row-by-row reader says why
-    names = ("model_a", "model_b", "winner")
-    if not set(names) <= set(table.column_names) or table.num_rows == 0:
+    if not set(COLUMNS) <= set(table.column_names) or table.num_rows == 0:
         return None
     text = lambda t: pa.types.is_string(t) or pa.types.is_large_string(t)  # noqa: E731
     for i, field in enumerate(table.schema):  # pandas categoricals are stored dictionary-encoded
         if pa.types.is_dictionary(field.type) and text(field.type.value_type):
             table = table.set_column(i, field.name, table.column(i).cast(field.type.value_type))
     category = table.column("category") if "category" in table.column_names else None
-    if not all(text(table.column(c).type) for c in names) or (
+    if not all(text(table.column(c).type) for c in COLUMNS) or (
             category is not None and not (text(category.type) or pa.types.is_null(category.type))):
         return None
-    a, b, w = (table.column(c) for c in names)
+    a, b, w = (table.column(c) for c in COLUMNS)
     if any(c.null_count for c in (a, b, w)) or any(pc.any(pc.equal(c, "")).as_py() for c in (a, b, w)):
         return None  # a missing value: bad rows
     if not pc.all(pc.is_in(w, value_set=pa.array(list(OUTCOME)))).as_py():
@@ -184,44 +160,6 @@ def _parquet_columns(path: Path) -> BattleColumns | None:
     series = [c.to_pandas(types_mapper={pa.string(): arrow_str, pa.large_string(): arrow_str}.get)
               for c in (a, b, w, category)]
     return BattleColumns(*series)
-
-
-def _rows(path: Path, suffix: str) -> list[tuple[str, Any]]:
-    """(where, row or the reason it is bad) of every row, by the file's format."""
-    rows: list[tuple[str, Any]] = []
-    if suffix in (".jsonl", ".ndjson"):
-        for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                rows.append((f"line {n}", f"invalid JSON: {e.msg}"))
-    elif suffix == ".json":
-        try:
-            rows = [(f"line {n}", obj) for n, obj in _json_records(path.read_text(encoding="utf-8-sig"))]
-        except BattleLogError as e:
-            raise BattleLogError(f"{path}: {e}") from None
-    elif suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8-sig") as f:
-            reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
-            cols = set(reader.fieldnames or [])
-            if not {"model_a", "model_b", "winner"} <= cols:
-                raise BattleLogError(f"{path}: the header needs model_a, model_b and winner (has {sorted(cols)})")
-            start = 2
-            for row in reader:
-                rows.append((f"line {start}", dict(row)))
-                start = reader.line_num + 1
-    elif suffix in (".parquet", ".pq"):
-        import pyarrow.parquet as pq
-
-        table = pq.read_table(path)
-        if not {"model_a", "model_b", "winner"} <= set(table.column_names):
-            raise BattleLogError(f"{path}: needs columns model_a, model_b and winner (has {table.column_names})")
-        rows = [(f"row {n}", r) for n, r in enumerate(table.to_pylist(), 1)]
-    else:
-        raise BattleLogError(f"{path}: unknown format {suffix!r}; use .jsonl, .json, .csv or .parquet")
-    return rows
 
 
 def read_reference(path: str | Path) -> dict[str, float]:

@@ -58,9 +58,12 @@ def data_ls(
     typer.echo(reports.render(rows, format, ("iteration", "dataset", "rows", "bytes", "path")))
 
 
+READABLE = "An HF dataset directory, a parquet folder, or a JSONL, JSON, CSV, TSV or Parquet file."
+
+
 @data_app.command("show")
 def data_show(
-    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
+    path: Annotated[Path, typer.Argument(help=READABLE)],
     limit: Annotated[int, typer.Option(min=0, help="Rows to print.")] = 10,
 ) -> None:
     """Print a dataset's first rows as JSON lines."""
@@ -74,7 +77,7 @@ def data_show(
 
 @data_app.command("stats")
 def data_stats(
-    path: Annotated[Path, typer.Argument(help="An HF dataset directory, a parquet file or folder, JSONL or JSON.")],
+    path: Annotated[Path, typer.Argument(help=READABLE)],
 ) -> None:
     """Rows, text lengths, categories, sources and judge margins of a dataset (JSON)."""
     try:

@@ -1,7 +1,8 @@
 """What the flywheel made, as data: list a run's datasets, read any of them, describe and export.
 
-Readable paths: an HF dataset directory (``iter-000k/sft``), a parquet file or folder of
-shards (``battles/``, ``judgments/``), a JSONL or JSON file.
+Readable paths: an HF dataset directory (``iter-000k/sft``), a folder of parquet shards
+(``battles/``, ``judgments/``), or one row file (JSONL, JSON, CSV, TSV, Parquet: read by
+``flywheel.ground.row_files``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 
 from flywheel.ground.chat import TEXT_COLUMNS, as_text
 from flywheel.ground.dataset_files import dataset_rows, is_hf_dataset, parquet_rows
+from flywheel.ground.row_files import BadRow, read_row_file
 from flywheel.ground.store import RunStore
 from flywheel.learning.curation import load_dataset_dir
 
@@ -50,38 +52,24 @@ def count_rows(path: Path) -> int:
 
 
 def read_rows(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Rows of any readable path; a bad JSONL line is an error that names its line."""
+    """Rows of any readable path; a bad row is an error that names its file and line."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
     if is_hf_dataset(path):
         ds = load_dataset_dir(path)
         return ds.select(range(min(limit, len(ds)))).to_list() if limit is not None else ds.to_list()
-    if path.is_dir() or path.suffix == ".parquet":
-        files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
-        if not files:
-            raise ValueError(f"{path}: neither an HF dataset nor a folder of parquet files")
-        rows: list[dict[str, Any]] = []
-        for f in files:
-            rows += pq.read_table(f).to_pylist()
-            if limit is not None and len(rows) >= limit:
-                break
-        return rows[:limit] if limit is not None else rows
-    if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-        data = data if isinstance(data, list) else [data]
-        return data[:limit] if limit is not None else data
-    rows = []
-    with path.open(encoding="utf-8-sig") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-            if limit is not None and len(rows) >= limit:
-                break
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise ValueError(f"{path}: neither an HF dataset nor a folder of parquet files")
+    rows: list[dict[str, Any]] = []
+    for f in files:
+        for row in read_row_file(f, None if limit is None else limit - len(rows)).rows:
+            if isinstance(row, BadRow):
+                raise ValueError(str(row))
+            rows.append(row.value)
+        if limit is not None and len(rows) >= limit:
+            break
     return rows
 
 

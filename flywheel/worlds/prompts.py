@@ -11,18 +11,19 @@ Layouts (``auto`` tells them apart per row by their fields):
 
 Every prompt gets a category (its row's, else the pool's default) and a level (1 unless the row
 says), which make its selection arm. Prompts are deduplicated by whitespace-normalised text.
-A row that cannot be read is reported with its line (JSONL, CSV) or row number (Parquet, JSON).
+Files are read by ``flywheel.ground.row_files``; a row that cannot be read is reported where it is
+(``file:line``, or ``file:row N`` in Parquet).
 """
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flywheel.ground.records import Prompt, stable_id
+from flywheel.ground.row_files import BadRow, read_row_file
 
 LAYOUTS = ("auto", "alpaca", "sharegpt", "arena-hard", "plain")
 HUMAN = {"human", "user"}
@@ -33,57 +34,6 @@ class Ingested:
     prompts: list[Prompt] = field(default_factory=list)
     bad: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
     duplicates: int = 0
-
-
-def _rows(path: Path) -> list[tuple[str, Any]]:
-    """(where, row) pairs; where is ``file:line`` or ``file:row N``. Unreadable lines come back
-    as (where, ValueError)."""
-    name = path.name
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return [(f"{name}:row {i + 1}", r) for i, r in enumerate(pq.read_table(path).to_pylist())]
-    if path.suffix == ".csv":
-        return _csv_rows(path)
-    if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
-        if not isinstance(data, list):
-            raise ValueError(f"{name}: expected a JSON array of rows")
-        return [(f"{name}:row {i + 1}", r) for i, r in enumerate(data)]
-    out: list[tuple[str, Any]] = []
-    with path.open(encoding="utf-8-sig") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append((f"{name}:{n}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                out.append((f"{name}:{n}", ValueError(f"not JSON ({e.msg.removesuffix(' at')} at column {e.colno})")))
-    return out
-
-
-def _csv_rows(path: Path) -> list[tuple[str, Any]]:
-    """A CSV file's rows, each named by its line. A row with more fields than the header (an unquoted
-    comma in a prompt) comes back as a ValueError; so does a quote left open, which would otherwise
-    swallow the rest of the file into one prompt: the file is read no further."""
-    out: list[tuple[str, Any]] = []
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh, strict=True)
-        while True:
-            after = reader.line_num
-            try:
-                row = next(reader)
-            except StopIteration:
-                return out
-            except csv.Error as e:
-                out.append((f"{path.name}:{after + 1}", ValueError(f"not CSV ({e}); the file is read no further")))
-                return out
-            where = f"{path.name}:{reader.line_num}"
-            if None in row:
-                fields = len(row) - 1 + len(row[None])
-                out.append((where, ValueError(f"{fields} fields, the header has {len(reader.fieldnames or [])}")))
-            else:
-                out.append((where, row))
 
 
 def detect(row: dict[str, Any]) -> str:
@@ -160,17 +110,15 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
         raise FileNotFoundError(f"{path}: no such file")
     seen = set() if seen is None else seen
     out = Ingested()
-    try:
-        rows = _rows(path)
-    except (OSError, UnicodeDecodeError, ValueError, csv.Error) as e:  # pyarrow's errors are ValueErrors/OSErrors
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ValueError(f"{path}: cannot be read as {path.suffix.lstrip('.') or 'a prompt file'}: {first}") from None
+    rows = read_row_file(path).rows  # a file that cannot be read at all: RowFileError, a ValueError naming it
     if not rows:
         raise ValueError(f"{path}: empty: no prompts")
-    for where, row in rows:
-        if isinstance(row, Exception):
-            out.bad.append((where, str(row)))
+    for read in rows:
+        where = read.where
+        if isinstance(read, BadRow):
+            out.bad.append((where, read.reason))
             continue
+        row = read.value
         if not isinstance(row, dict):
             out.bad.append((where, "not an object"))
             continue
