@@ -43,10 +43,10 @@ def same_weights(a: Path, b: Path) -> bool:
 
 def trained(base: str, out: Path, data, cfg, seed: int, state: Path) -> tuple[float, float | None, int]:
     """Seconds, loss, and the bytes of the checkpoint left in ``state`` (kept, to be measured)."""
-    from flywheel.learning.training import train_version
+    from flywheel.learning.training import TrainJob, train_version
 
     t0 = time.perf_counter()
-    res = train_version(base, out, data, None, cfg, cfg.steps, seed, state_dir=state)
+    res = train_version(TrainJob(base, out, cfg.steps, seed, state_dir=state), cfg, data)
     secs = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in state.rglob("*") if f.is_file()) if state.exists() else 0
     return secs, res.loss, size

@@ -41,7 +41,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from flywheel.maths.leaderboard import rate
+from flywheel.maths.leaderboard import RatingOptions, rate
 
 
 # -- the logs -----------------------------------------------------------------------------------
@@ -143,8 +143,9 @@ def best_of(repeats: int, fn, *args, **kw):
 def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, repeats: int) -> dict:
     battles = simulate(n, k, seed, skewed)
     columns = [battles[c] for c in ("model_a", "model_b", "winner")]
-    report, ours_s = best_of(repeats, rate, *columns, rounds=rounds, seed=seed)
-    _, lists_s = best_of(repeats, rate, *[c.tolist() for c in columns], rounds=rounds, seed=seed)
+    options = RatingOptions(rounds=rounds, seed=seed)
+    report, ours_s = best_of(repeats, rate, *columns, options)
+    _, lists_s = best_of(repeats, rate, *[c.tolist() for c in columns], options)
     (models, point, boots), anchor_s = best_of(repeats, anchor, battles, rounds, seed, workers)
     ours = {r.model: r for r in report.ratings}
     diff = max(abs(ours[m].rating - point[i]) for i, m in enumerate(models))
@@ -177,7 +178,7 @@ def main() -> None:
           f"{'|ours-MLE|':>10}  "
           f"{'|anchor-MLE|':>12}  {'CI width ours/anchor':>20}")
     warm = simulate(1000, 4, 0, False)  # warm-up: imports (pandas, numpy's linalg, scipy) are not timed
-    rate(warm["model_a"], warm["model_b"], warm["winner"], rounds=2)
+    rate(warm["model_a"], warm["model_b"], warm["winner"], RatingOptions(rounds=2))
     anchor(warm, 2, 0, 1)
     results = []
     for seed in seeds:

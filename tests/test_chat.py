@@ -91,7 +91,7 @@ def test_a_chat_target_trains_on_conversational_datasets(harness, chat_models_di
     """The flow with a chat target: its SFT/DPO datasets are conversational (the system prompt in
     every prompt), TRL trains on them, and every version keeps the chat template."""
     from flows.flywheel_flow import flywheel
-    from flywheel.learning.training import train_version
+    from flywheel.learning.training import TrainJob, train_version
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(chat_models_dir, tmp_path / "runs", run__name="chat", run__iterations=1, train__method="sft+dpo")
@@ -111,7 +111,7 @@ def test_a_chat_target_trains_on_conversational_datasets(harness, chat_models_di
     assert summary["iterations"][-1]["train_steps"] == {"student": 4}
     # They load in TRL as they are: a conversational SFT and DPO step on the saved rows.
     cfg = TrainConfig(method="sft+dpo", steps=2, batch_size=4)
-    res = train_version(str(chat_models_dir / "student"), tmp_path / "again", sft, dpo, cfg, steps=2, seed=0)
+    res = train_version(TrainJob(str(chat_models_dir / "student"), tmp_path / "again", steps=2, seed=0), cfg, sft, dpo)
     assert res.steps == 2 and res.examples == len(sft) + len(dpo)
     assert as_text(row["prompt"]) == row["prompt"][1]["content"]
 

@@ -210,7 +210,7 @@ def test_a_failed_call_makes_the_battle_failed_never_a_loss(tmp_path):
 
 # -- curation ------------------------------------------------------------------------------
 def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
-    from flywheel.ground.config import CurateConfig
+    from flywheel.ground.config import CurateConfig, GamesConfig
 
     won = battle(EMPTY_TTT, "1 2 3", "4 5", "student@0", "random", "w")  # the target (A) wins
     lost = battle(EMPTY_TTT, "4 7 9", "1 2 3", "random", "student@0", "l")  # the target (B, o) wins
@@ -218,7 +218,7 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
     draw = battle(EMPTY_TTT, "1 2 6 7 9", "5 3 4 8", "student@0", "random", "d")
     js = {j.battle_id: j for j in GameJudge().judge([won, lost, lost2, draw])}
     cur = curate_games([won, lost, lost2, draw], js, ["student"], set(), CurateConfig(include_target_wins=False),
-                       "terse")
+                       GamesConfig())
     assert cur.dropped["undecided"] == 1
     # Arena Learning's rule: the winner's moves where the target lost (minimax's, here)
     assert [(r.completion, r.source_model, r.target) for r in cur.sft] == [("1", "minimax", "student"),
@@ -226,7 +226,7 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
                                                                            ("2", "minimax", "student")]
     assert cur.dpo == []  # no position saw both a winner's move and a different losing move of the target
     every = curate_games([won, lost, lost2, draw], js, ["student"], set(), CurateConfig(include_target_wins=True),
-                         "terse")
+                         GamesConfig())
     by_battle: dict[str, list[str]] = {}
     for r in every.sft:
         by_battle.setdefault(r.battle_id, []).append(r.completion)
@@ -234,20 +234,20 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
     assert by_battle == {"w": ["1", "2", "3"], "l": ["1", "2", "3"], "m": ["3", "2"]}
     assert every.dropped["duplicate"] == 1
     pair_battle = battle("ttt ----x---- o=", "5", "", "student@0", "random", "x")  # not a game: invalid
-    assert curate_games([pair_battle], {}, ["student"], set(), CurateConfig(), "terse").dropped["invalid"] == 1
+    assert curate_games([pair_battle], {}, ["student"], set(), CurateConfig(), GamesConfig()).dropped["invalid"] == 1
 
 
 def test_symmetric_images_of_sft_examples_and_dpo_pairs_skip_held_out_positions():
     from flywheel.games.rules import CONNECT4, parse_position, symmetries
-    from flywheel.ground.config import CurateConfig
+    from flywheel.ground.config import CurateConfig, GamesConfig
 
     start = "ttt x23456789 o="  # o to move, x in a corner: 4 distinct images (one mirror maps it onto itself)
     good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")
     bad = battle(start, "9 2 4", "5 3 7", "student@0", "minimax", "b")
     js = {j.battle_id: j for j in GameJudge().judge([good, bad])}
-    plain = curate_games([good, bad], js, ["student"], set(), CurateConfig(), "terse")
+    plain = curate_games([good, bad], js, ["student"], set(), CurateConfig(), GamesConfig())
     held = "ttt 12x456789 o="  # the start turned a quarter: an eval position, say
-    sym = curate_games([good, bad], js, ["student"], {held}, CurateConfig(), "terse", symmetric=True)
+    sym = curate_games([good, bad], js, ["student"], {held}, CurateConfig(), GamesConfig(symmetries=True))
     assert [(p.prompt, p.chosen, p.rejected) for p in plain.dpo] == [(start, "5", "9")]
     assert [(p.prompt, p.chosen, p.rejected) for p in sym.dpo] == [
         (start, "5", "9"), ("ttt 12345678x o=", "5", "1"), ("ttt 123456x89 o=", "5", "3")]
@@ -262,22 +262,22 @@ def test_symmetric_images_of_sft_examples_and_dpo_pairs_skip_held_out_positions(
 
 
 def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_position():
-    from flywheel.ground.config import CurateConfig
+    from flywheel.ground.config import CurateConfig, GamesConfig
 
     start = "ttt x23456789 o="  # o to move
     good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")  # o (A) takes 5 and wins 3-5-7
     bad = battle(start, "9 2 4", "5 3 7", "student@0", "minimax", "b")  # the target (o, A) took 9 and lost
     js = {j.battle_id: j for j in GameJudge().judge([good, bad])}
     assert js["g"].winner == "model_a" and js["b"].winner == "model_b"
-    cur = curate_games([good, bad], js, ["student"], set(), CurateConfig(), "terse")
+    cur = curate_games([good, bad], js, ["student"], set(), CurateConfig(), GamesConfig())
     assert [(p.prompt, p.chosen, p.rejected, p.target) for p in cur.dpo] == [(start, "5", "9", "student")]
-    held = curate_games([good, bad], js, ["student"], {start}, CurateConfig(), "terse")
+    held = curate_games([good, bad], js, ["student"], {start}, CurateConfig(), GamesConfig())
     assert held.dpo == [] and held.dropped["contaminated"] >= 2  # a held-out position never reaches training
 
 
 def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
     from flywheel.games.rules import CONNECT4
-    from flywheel.ground.config import CurateConfig
+    from flywheel.ground.config import CurateConfig, GamesConfig
 
     blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # o took 9, x won on 3: block 3
     won = battle(EMPTY_TTT, "1 3 9 6", "2 5 4", "minimax", "student@1", "win")  # o had 2-5-8 and took 4
@@ -287,23 +287,23 @@ def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
     games = [blocked, won, c4, forfeit]
     js = {j.battle_id: j for j in GameJudge().judge(games)}
     assert all(j.winner == "model_a" for j in js.values())
-    off = curate_games(games, js, ["student"], set(), CurateConfig(), "terse")
+    off = curate_games(games, js, ["student"], set(), CurateConfig(), GamesConfig())
     assert "rules" not in {r.source_model for r in off.sft} | {p.chosen_model for p in off.dpo}
-    on = curate_games(games, js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    on = curate_games(games, js, ["student"], set(), CurateConfig(), GamesConfig(missed_moves=True))
     rules = [(r.battle_id, r.prompt, r.completion) for r in on.sft if r.source_model == "rules"]
     assert rules == [("blk", "ttt xx34o6789 o=", "3"), ("win", "ttt xox4o678x o=", "8"),
                      ("c4", "c4 " + "-" * 21 + "12-----oo3----xxx4567 o=", "4")]
     pairs = [(p.battle_id, p.chosen, p.rejected, p.rejected_model) for p in on.dpo if p.chosen_model == "rules"]
     assert pairs == [("blk", "3", "9", "student@1"), ("win", "8", "4", "student@1"), ("c4", "4", "3", "student@1")]
     assert [r for r in on.sft if r.source_model != "rules"] == off.sft  # the winners' moves are as before
-    held = curate_games(games, js, ["student"], {"ttt xx34o6789 o="}, CurateConfig(), "terse", missed=True)
+    held = curate_games(games, js, ["student"], {"ttt xx34o6789 o="}, CurateConfig(), GamesConfig(missed_moves=True))
     assert "ttt xx34o6789 o=" not in {r.prompt for r in held.sft + held.dpo}  # a held-out position stays out
 
 
 def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
     from datasets import Dataset
 
-    from flywheel.ground.config import CurateConfig
+    from flywheel.ground.config import CurateConfig, GamesConfig
     from flywheel.stages.train import rules_first
 
     lost_at = "ttt xx34o6789 o="  # x threatens 1-2-3: o must block 3
@@ -312,9 +312,9 @@ def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
     lucky = battle(EMPTY_TTT, "1 2 9", "5 7 3", "student@0", "student@1", "lucky")
     js = {j.battle_id: j for j in GameJudge().judge([blocked, lucky])}
     assert js["blk"].winner == "model_a" and js["lucky"].winner == "model_b"
-    alone = curate_games([lucky], js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    alone = curate_games([lucky], js, ["student"], set(), CurateConfig(), GamesConfig(missed_moves=True))
     assert {r.prompt: r.completion for r in alone.sft}[lost_at] == "7"  # a winner's move, where nothing corrects it
-    cur = curate_games([blocked, lucky], js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    cur = curate_games([blocked, lucky], js, ["student"], set(), CurateConfig(), GamesConfig(missed_moves=True))
     there = [(r.completion, r.source_model) for r in cur.sft if r.prompt == lost_at]
     assert there == [("3", "rules")]  # the block, once; the lucky winner's 7 is not learnt
     assert cur.dropped["duplicate"] == alone.dropped["duplicate"] + 1
@@ -332,7 +332,7 @@ def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
 
 
 def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_corrected_in_any_game():
-    from flywheel.ground.config import CurateConfig
+    from flywheel.ground.config import CurateConfig, GamesConfig
 
     assert ttt("xx-o---o-").tactical_moves() == [3]  # its own win first
     assert ttt("xx--o----", "o").tactical_moves() == [3]  # no win: the block of the only threat
@@ -345,32 +345,33 @@ def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_co
     js = {j.battle_id: j for j in GameJudge().judge([won, drawn])}
     assert js["won"].winner == "model_a" and js["drawn"].winner == "tie"
     missed_win, open_threat, untaken = ttt("xx-o---o-").text(), ttt("xx--o----", "o").text(), ttt("xxo-o-xxo", "o").text()
-    plain = curate_games([won, drawn], js, ["student"], set(), CurateConfig(), "terse", missed=True)
+    plain = curate_games([won, drawn], js, ["student"], set(), CurateConfig(), GamesConfig(missed_moves=True))
     assert {r.prompt: r.completion for r in plain.sft}[missed_win] == "5"  # its own winning game's move
     assert not [r for r in plain.sft if r.source_model == "rules"] and not plain.dpo  # a draw teaches nothing
-    cur = curate_games([won, drawn], js, ["student"], set(), CurateConfig(), "terse", missed=True, tactics=True)
+    cur = curate_games([won, drawn], js, ["student"], set(), CurateConfig(),
+                       GamesConfig(missed_moves=True, tactics=True))
     rules = {r.prompt: r.completion for r in cur.sft if r.source_model == "rules"}
     assert rules == {missed_win: "3", open_threat: "3", untaken: "6"}
     assert [r.completion for r in cur.sft if r.prompt == missed_win] == ["3"]
     assert {(p.prompt, p.chosen, p.rejected) for p in cur.dpo} == {
         (missed_win, "3", "5"), (open_threat, "3", "9"), (untaken, "6", "4")}
     # held-out positions are never learnt
-    held = curate_games([won, drawn], js, ["student"], {open_threat}, CurateConfig(), "terse", tactics=True)
+    held = curate_games([won, drawn], js, ["student"], {open_threat}, CurateConfig(), GamesConfig(tactics=True))
     assert open_threat not in {r.prompt for r in held.sft}
 
 
 # -- self-play -----------------------------------------------------------------------------
 def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
-    from flywheel.arena.selection import SELF, Selector, feedback, opponent_arms, plan_round
+    from flywheel.arena.selection import SELF, SelectionRound, Selector, feedback, opponent_arms, plan_round
     from flywheel.ground.config import SelectConfig
 
     cfg = SelectConfig(self_play=True, opponents="uniform", prompt_floor=1.0)
     pool = {"tictactoe/L1": [Prompt(f"p{i}", EMPTY_TTT, "tictactoe", 1) for i in range(5)]}
     sel = Selector.new(cfg, list(pool), opponent_arms(cfg, ["random"]))
     assert sel.opponents == ["random", SELF]
-    first = plan_round(sel, cfg, pool, "student@0", 40, 1, 1, 0, set(), {})
+    first = plan_round(sel, cfg, pool, SelectionRound("student@0", 40, 1, 1, 0), set())
     assert {s.model_a for s in first} | {s.model_b for s in first} == {"student@0", "random"}
-    later = plan_round(sel, cfg, pool, "student@3", 200, 4, 1, 0, set(), {})
+    later = plan_round(sel, cfg, pool, SelectionRound("student@3", 200, 4, 1, 0), set())
     players = {m for s in later for m in (s.model_a, s.model_b)}
     assert players == {"student@3", "random", "student@0", "student@1", "student@2"}
     self_game = next(s for s in later if "random" not in (s.model_a, s.model_b))

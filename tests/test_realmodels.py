@@ -48,7 +48,7 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
 
     from flywheel.ground.config import TrainConfig
     from flywheel.ground.records import Prompt
-    from flywheel.learning.training import train_version
+    from flywheel.learning.training import TrainJob, train_version
     from flywheel.players import SamplingParams, create_player
 
     out = convert_gguf(known_gguf("smollm2"), tmp_path / "smollm2")
@@ -63,7 +63,7 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
     chat = [{"role": "user", "content": "What is 2+2?"}]
     data = Dataset.from_list([{"prompt": chat, "completion": [{"role": "assistant", "content": "4"}]}] * 4)
     cfg = TrainConfig(method="sft", steps=1, batch_size=2, lora=True, lora_r=4, learning_rate=1e-3, max_length=64)
-    res = train_version(str(out), tmp_path / "smol@1", data, None, cfg, steps=1, seed=0)
+    res = train_version(TrainJob(str(out), tmp_path / "smol@1", steps=1, seed=0), cfg, data)
     assert res.steps == 1 and res.loss is not None
     trained = AutoModelForCausalLM.from_pretrained(tmp_path / "smol@1")
     assert type(trained).__name__ == "LlamaForCausalLM"

@@ -8,7 +8,7 @@ from datasets import Dataset
 
 from flywheel.ground.config import FlywheelConfig, JudgeConfig, RLConfig, TrainConfig
 from flywheel.learning.rl import RLPhase, RolloutLog, with_advantages
-from flywheel.learning.training import train_version
+from flywheel.learning.training import TrainJob, train_version
 from judges.base import PairwiseJudge
 from judges.build import build_verifier
 from judges.rewards import build_reward, function_reward, judge_reward, verifier_reward
@@ -29,8 +29,8 @@ def digit_share(prompts, completions, columns):
 def grpo(tiny_models_dir, out, state, steps=4, checkpoint_steps=0, scorer=digit_share):
     cfg = TrainConfig(method="grpo", batch_size=8, checkpoint_steps=checkpoint_steps, rl={"generations": 4})
     phase = RLPhase(PROMPTS, scorer, state.parent / f"{state.name}-rollouts.jsonl", 8)
-    return train_version(str(tiny_models_dir / "student"), out, None, None, cfg, steps=steps, seed=0,
-                         state_dir=state, method="grpo", rl=phase)
+    return train_version(TrainJob(str(tiny_models_dir / "student"), out, steps, 0, method="grpo", state_dir=state),
+                         cfg, rl=phase)
 
 
 def test_a_real_grpo_phase_changes_the_weights_and_keeps_its_rollouts(tiny_models_dir, tmp_path):

@@ -6,7 +6,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
 from flywheel.ground.config import TrainConfig
-from flywheel.learning.training import train_version
+from flywheel.learning.training import TrainJob, train_version
 
 SFT = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
                          "completion": ["15", "cba", "123", "8"] * 4})
@@ -26,7 +26,7 @@ def test_a_real_trl_step_changes_the_weights(tiny_models_dir, tmp_path, method, 
     base = tiny_models_dir / "student"
     out = tmp_path / "student@1"
     cfg = TrainConfig(method=method, steps=2, batch_size=4, lora=lora, lora_r=4)
-    res = train_version(str(base), out, SFT, DPO, cfg, steps=2, seed=0)
+    res = train_version(TrainJob(str(base), out, steps=2, seed=0), cfg, SFT, DPO)
     assert res.steps == 2 and res.loss is not None and res.examples == 16
     names = [n for n, _ in AutoModelForCausalLM.from_pretrained(base).named_parameters()]
     moved = changed(base, out)
@@ -38,7 +38,7 @@ def test_a_real_trl_step_changes_the_weights(tiny_models_dir, tmp_path, method, 
 
 def test_no_data_copies_the_version_forward(tiny_models_dir, tmp_path):
     out = tmp_path / "student@1"
-    res = train_version(str(tiny_models_dir / "student"), out, None, None, TrainConfig(), steps=5, seed=0)
+    res = train_version(TrainJob(str(tiny_models_dir / "student"), out, steps=5, seed=0), TrainConfig())
     assert res.steps == 0 and changed(tiny_models_dir / "student", out) == []
 
 
@@ -48,9 +48,9 @@ def test_keep_adapter_saves_a_lora_adapter_and_training_continues_from_it(tiny_m
     base = str(tiny_models_dir / "student")
     cfg = TrainConfig(method="sft", steps=2, batch_size=4, lora_r=4)
     first, second = tmp_path / "student@1", tmp_path / "student@2"
-    train_version(base, first, SFT, None, cfg, steps=2, seed=0, keep_adapter=True)
+    train_version(TrainJob(base, first, steps=2, seed=0, keep_adapter=True), cfg, SFT)
     assert (first / "adapter_config.json").exists() and not (first / "model.safetensors").exists()
-    train_version(base, second, SFT, None, cfg, steps=2, seed=0, adapter=str(first), keep_adapter=True)
+    train_version(TrainJob(base, second, steps=2, seed=0, adapter=str(first), keep_adapter=True), cfg, SFT)
     a = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), first)
     b = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), second)
     lora_a = {n: p for n, p in a.named_parameters() if "lora_" in n}
@@ -129,7 +129,7 @@ def test_sft_args_reach_the_trainer(tiny_models_dir, tmp_path):
     original = progress.trainer_callback
     progress.trainer_callback = lambda *a: Count()
     try:
-        train_version(str(tiny_models_dir / "student"), tmp_path / "s@1", SFT, None, cfg, steps=2, seed=0)
+        train_version(TrainJob(str(tiny_models_dir / "student"), tmp_path / "s@1", steps=2, seed=0), cfg, SFT)
     finally:
         progress.trainer_callback = original
     assert seen == [2]
@@ -157,7 +157,7 @@ def test_small_models_train_without_recomputing_activations_to_the_same_weights(
 
     def train(name: str, **fields) -> dict:
         cfg = TrainConfig(method=method, steps=3, batch_size=4, **fields)
-        train_version(base, tmp_path / name, SFT, DPO, cfg, steps=3, seed=0)
+        train_version(TrainJob(base, tmp_path / name, steps=3, seed=0), cfg, SFT, DPO)
         return dict(AutoModelForCausalLM.from_pretrained(tmp_path / name).named_parameters())
 
     small = train("auto")
@@ -176,7 +176,7 @@ def test_weight_decay_shrinks_the_weights_it_applies_to(tiny_models_dir, tmp_pat
 
     def norms(decay: float) -> dict[str, float]:
         cfg = TrainConfig(method="sft", steps=2, batch_size=4, learning_rate=1e-3, weight_decay=decay)
-        train_version(base, tmp_path / f"wd{decay}", SFT, None, cfg, steps=2, seed=0)
+        train_version(TrainJob(base, tmp_path / f"wd{decay}", steps=2, seed=0), cfg, SFT)
         params = AutoModelForCausalLM.from_pretrained(tmp_path / f"wd{decay}").named_parameters()
         return {n: p.norm().item() for n, p in params}
 
@@ -217,12 +217,12 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
     base = str(tiny_models_dir / "student")
     cfg = TrainConfig(method=method, batch_size=4, lora=lora, lora_r=4, checkpoint_steps=2)
     data, steps = (SFT, DPO if method == "sft+dpo" else None), 12 if method == "sft+dpo" else 6
-    straight = train_version(base, tmp_path / "straight", *data, cfg, steps=steps, seed=0, state_dir=tmp_path / "s0")
+    straight = train_version(TrainJob(base, tmp_path / "straight", steps, 0, state_dir=tmp_path / "s0"), cfg, *data)
 
     state = tmp_path / "state"
     monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", lambda d, t: watched(d, t, kill=True))
     with pytest.raises(Killed):
-        train_version(base, tmp_path / "resumed", *data, cfg, steps=steps, seed=0, state_dir=state)
+        train_version(TrainJob(base, tmp_path / "resumed", steps, 0, state_dir=state), cfg, *data)
     assert not (tmp_path / "resumed").exists()
     cut = state / kill_at[0] / "checkpoint-6"  # a save the kill cut short: no trainer_state.json yet
     cut.mkdir()
@@ -230,12 +230,12 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
 
     steps_run.clear()
     monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", lambda d, t: watched(d, t, kill=False))
-    resumed = train_version(base, tmp_path / "resumed", *data, cfg, steps=steps, seed=0, state_dir=state)
+    resumed = train_version(TrainJob(base, tmp_path / "resumed", steps, 0, state_dir=state), cfg, *data)
     assert steps_run == [(kill_at[0], 5), (kill_at[0], 6)]  # only the steps after the last checkpoint
     assert json.loads((cut / "trainer_state.json").read_text())["global_step"] == 6  # saved again, whole
     assert (resumed.steps, resumed.loss, resumed.examples) == (straight.steps, straight.loss, straight.examples)
     assert changed(tmp_path / "straight", tmp_path / "resumed") == []
-    never = train_version(base, tmp_path / "never", *data, cfg.model_copy(update={"checkpoint_steps": 0}),
-                          steps=steps, seed=0, state_dir=tmp_path / "unused")
+    never = train_version(TrainJob(base, tmp_path / "never", steps, 0, state_dir=tmp_path / "unused"),
+                          cfg.model_copy(update={"checkpoint_steps": 0}), *data)
     assert never.loss == straight.loss and changed(tmp_path / "straight", tmp_path / "never") == []
     assert not (tmp_path / "unused").exists()  # checkpoints change nothing but what a kill loses

@@ -181,13 +181,30 @@ def pick_prompts(pool_by_cell: dict[str, list[Prompt]], choices: list[tuple[str,
     return out
 
 
+@dataclass(frozen=True)
+class SelectionRound:
+    """One target's selection round to plan: ``battles`` train battles for ``target`` (a versioned
+    name, e.g. ``student@1``) in round ``rnd`` (1-based) of iteration ``iteration`` of a run seeded
+    ``seed``; together they seed the round's draws and name its battles."""
+
+    target: str
+    battles: int
+    iteration: int
+    rnd: int
+    seed: int
+
+
 def plan_round(
-    selector: Selector, cfg: SelectConfig, pool_by_cell: dict[str, list[Prompt]], target: str, n: int,
-    iteration: int, rnd: int, seed: int, used: set[str], opp_win_rates: dict[str, np.ndarray],
+    selector: Selector, cfg: SelectConfig, pool_by_cell: dict[str, list[Prompt]], this_round: SelectionRound,
+    used: set[str], *, opp_win_rates: dict[str, np.ndarray] | None = None,
 ) -> list[BattleSpec]:
-    """The battles of one selection round for ``target`` (a versioned name, e.g. ``student@1``)."""
+    """The battles of one selection round (``this_round``), on prompts of ``pool_by_cell`` whose ids
+    are not in ``used`` while a cell lasts (``used`` gains the ids chosen); ``opp_win_rates``: the
+    target's win rate per cell against each opponent arm, which ``select.opponents: pfsp`` weighs
+    (0.5 where absent)."""
+    target, iteration, rnd, seed = this_round.target, this_round.iteration, this_round.rnd, this_round.seed
     rng = np.random.default_rng(int(stable_id(seed, iteration, rnd, target), 16) % 2**63)
-    choices = selector.choose(cfg, n, rng, opp_win_rates)
+    choices = selector.choose(cfg, this_round.battles, rng, opp_win_rates or {})
     prompts = pick_prompts(pool_by_cell, choices, used, rng)
     specs = []
     for i, ((cell, opponent), p) in enumerate(zip(choices, prompts)):

@@ -12,7 +12,7 @@ import typer
 from flywheel.face.battlelog import BattleLogError, consistency, read_battle_columns, read_reference
 from flywheel.face.cli_data import Format, fail
 from flywheel.ground import reports
-from flywheel.maths.leaderboard import rate
+from flywheel.maths.leaderboard import RatingOptions, rate
 
 
 def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
@@ -45,7 +45,7 @@ def rate_cmd(
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
 ) -> None:
     """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
-    pinned = _parse_anchor(anchor)
+    options = RatingOptions(rounds=bootstrap, ci=ci, seed=seed, prior=prior, anchor=_parse_anchor(anchor))
     try:
         battles, bad = read_battle_columns(file)
         ref = read_reference(reference) if reference else None
@@ -63,8 +63,7 @@ def rate_cmd(
     reports_by: dict = {}
     try:
         for name, cols in groups.items():
-            reports_by[name] = rate(cols.model_a, cols.model_b, cols.winner, rounds=bootstrap, ci=ci, seed=seed,
-                                    anchor=pinned, fold_names=fold_names, prior=prior)
+            reports_by[name] = rate(cols.model_a, cols.model_b, cols.winner, options, fold_names=fold_names)
     except ValueError as e:
         fail(str(e))
     for name, rep in reports_by.items():

@@ -14,7 +14,7 @@ from flywheel.ground.atomic import read_json
 from flywheel.ground.config_io import load_config
 from flywheel.ground.store import RunStore, iter_name
 from flywheel.maths.leaderboard import category_boards as boards
-from flywheel.maths.leaderboard import columns, rate
+from flywheel.maths.leaderboard import RatingOptions, columns, rate
 
 
 class QueryError(ValueError):
@@ -87,7 +87,7 @@ def plot(run_dir: Path, out: Path) -> None:
     """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
     store = RunStore(run_dir)
     summary = read_json(store.summary_path, {})
-    rep = rate(*columns(store.judged(None, "eval")), rounds=0)
+    rep = rate(*columns(store.judged(None, "eval")), RatingOptions(rounds=0))
     plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), rep.models, rep.win_rate, out)
 
 

@@ -130,11 +130,13 @@ def mixed_sharing(rates: dict[str, float], trained: int, steps_per_target: int, 
 
 
 def allocate(cfg: AllocateConfig, targets: list[str], steps_per_target: int, battles_per_target: int,
-             accuracy: dict[str, list[float]] | None = None, compute: dict[str, list[float]] | None = None,
+             accuracy: dict[str, list[float]] | None = None, compute: dict[str, list[float]] | None = None, *,
              previous: dict[str, float] | None = None, was_pooled: bool = True, seed: int = 0) -> Allocation:
     """The next iteration's allocation after ``len(accuracy[t]) - 1`` training iterations
-    (``was_pooled``: whether the iteration just trained pooled its traces, with ``sharing: mixed``;
-    ``seed``: the run's seed, which ``policy: random`` draws with)."""
+    (``previous``: the shares of the allocation before, which ``proportional`` smooths against and
+    ``successive-halving`` keeps dropped targets out of; ``was_pooled``: whether the iteration just
+    trained pooled its traces, with ``sharing: mixed``; ``seed``: the run's seed, which
+    ``policy: random`` draws with)."""
     accuracy = accuracy or {t: [] for t in targets}
     compute = compute or {}
     rates = learning_rates({t: accuracy.get(t, []) for t in targets}, compute, cfg.window)

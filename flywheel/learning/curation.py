@@ -171,7 +171,7 @@ def load_dataset_dir(folder: Path):
     return Dataset(pa.concat_tables([pq.read_table(f) for f in files]))
 
 
-def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int],
+def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateConfig, dropped: dict[str, int], *,
                  players: dict[str, list[str]] | None = None, chat: bool = False, rule: str | None = None) -> str:
     sources: dict[str, int] = {}
     categories: dict[str, int] = {}

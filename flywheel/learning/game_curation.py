@@ -12,22 +12,25 @@ the target lost after a move that a winner did not play there, the pair is (the 
 frequent move, the target's move), one per (target, position). Draws teach nothing here (but
 with ``tactics``, below).
 
-With ``missed`` (``world.games.missed_moves``), where a target lost, its last move is also learnt
-as it should have been, as the rules show it: the win it had there, else the cell the winner won
-on next (a block; in Connect Four only where the target's own move was in another column, so that
-the cell is where its piece would land). These rows' source is ``rules``. In a position where the
-rules name the move, no winner's move is learnt for that target: a winner may have won after a
-blunder there; the rules' win or block is certain (``train.replay`` keeps to this across
-iterations: flywheel/stages/train.py). Winners' moves alone
-teach a target to finish its own lines; a loss's last move is where it failed to stop the other.
+The ``world.games`` settings that shape the data: ``prompt`` (how a position is written), and
+``missed_moves``, ``tactics`` and ``symmetries``, below.
 
-With ``tactics`` (``world.games.tactics``), every move a target made in any game it played (won,
-drawn or lost) is checked the same way: where it left a win untaken, or the other side's only
-threat unblocked (``Position.tactical_moves``), the rules' move is learnt there (source ``rules``,
-first win where it had several). A game against a random mover rarely punishes a missed block,
-so without this most of them teach nothing.
+With ``missed_moves``, where a target lost, its last move is also learnt as it should have been,
+as the rules show it: the win it had there, else the cell the winner won on next (a block; in
+Connect Four only where the target's own move was in another column, so that the cell is where
+its piece would land). These rows' source is ``rules``. In a position where the rules name the
+move, no winner's move is learnt for that target: a winner may have won after a blunder there;
+the rules' win or block is certain (``train.replay`` keeps to this across iterations:
+flywheel/stages/train.py). Winners' moves alone teach a target to finish its own lines; a loss's
+last move is where it failed to stop the other.
 
-With ``symmetric``, every SFT example and DPO pair is also learnt in each rotation and reflection
+With ``tactics``, every move a target made in any game it played (won, drawn or lost) is checked
+the same way: where it left a win untaken, or the other side's only threat unblocked
+(``Position.tactical_moves``), the rules' move is learnt there (source ``rules``, first win where
+it had several). A game against a random mover rarely punishes a missed block, so without this
+most of them teach nothing.
+
+With ``symmetries``, every SFT example and DPO pair is also learnt in each rotation and reflection
 of its board (``rules.symmetries``), once per (target, position): the rules are the same there,
 so the images are as true as the original. An image that is a held-out (eval or validation)
 position is dropped and counted as ``contaminated``.
@@ -40,6 +43,7 @@ from dataclasses import replace
 
 from flywheel.games.referee import Ply, replay
 from flywheel.games.rules import parse_position, symmetries
+from flywheel.ground.config import CurateConfig, GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 from flywheel.learning.curation import Curated, decisive
 
@@ -57,7 +61,10 @@ TACTICS = {"sft": "; every move of a target that left a win untaken or the other
 
 
 def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
-                 cfg, style: str, symmetric: bool = False, missed: bool = False, tactics: bool = False) -> Curated:
+                 cfg: CurateConfig, games: GamesConfig) -> Curated:
+    """The SFT examples and DPO pairs of an iteration's games (see the module docstring); positions
+    in ``held_out`` (eval and validation start positions) never pass."""
+    style, missed, tactics = games.prompt, games.missed_moves, games.tactics
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
     winning: dict[str, Counter] = {}  # position text -> winners' moves there
     won: list[tuple[str, str, int, Battle, str]] = []  # (target, position, move, battle, winner) in log order
@@ -123,7 +130,7 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
                 break
     paired = {(p.target, p.prompt) for p in dpo}
     dpo += [p for key, p in rule_pairs.items() if key not in paired]
-    if symmetric:
+    if games.symmetries:
         sft = _with_images(sft, ("completion",), held_out, dropped, style)
         dpo = _with_images(dpo, ("chosen", "rejected"), held_out, dropped, style)
     return Curated(sft, dpo, dropped)

@@ -161,26 +161,40 @@ def _peft_config(cfg: TrainConfig):
     return LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r, target_modules="all-linear", task_type="CAUSAL_LM")
 
 
-def train_version(
-    base: str, out: Path, sft_data, dpo_data, cfg: TrainConfig, steps: int, seed: int,
-    adapter: str | None = None, keep_adapter: bool = False, state_dir: Path | None = None,
-    method: str | None = None, rl: RLPhase | None = None,
-) -> TrainResult:
-    """Train ``base`` into ``out`` by ``method`` (default ``cfg.method``): SFT on ``sft_data``,
-    DPO on ``dpo_data``, GRPO on ``rl``'s prompts and rewards, or SFT then one of the others.
+@dataclass(frozen=True)
+class TrainJob:
+    """One version's training: ``base`` (a checkpoint folder or Hub name) trained into ``out`` for
+    ``steps`` steps from ``seed``, by ``method`` (None: ``train.method``).
 
     ``keep_adapter`` (LoRA): ``out`` holds the adapter alone, not merged weights, so a vLLM server
     can load it; ``adapter`` continues training an earlier version's adapter on top of ``base``.
-    With no steps or no data the new version is a copy (the version still advances, so every
-    iteration has one version per target).
 
     ``state_dir`` (with ``train.checkpoint_steps``): where the Trainer keeps its checkpoints, one
     folder per phase (``sft``, ``dpo``). Called again after a kill, each phase resumes from its
     latest checkpoint (a finished phase from its last step, so nothing is trained twice) and ends
     with the same weights and loss as a run never interrupted. The caller removes it when done."""
+
+    base: str
+    out: Path
+    steps: int
+    seed: int
+    method: str | None = None
+    adapter: str | None = None
+    keep_adapter: bool = False
+    state_dir: Path | None = None
+
+
+def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None, *,
+                  rl: RLPhase | None = None) -> TrainResult:
+    """Train ``job.base`` into ``job.out`` by ``job.method`` (default ``cfg.method``): SFT on
+    ``sft_data``, DPO on ``dpo_data``, GRPO on ``rl``'s prompts and rewards, or SFT then one of the
+    others. With no steps or no data the new version is a copy (the version still advances, so
+    every iteration has one version per target)."""
     import torch
     from transformers import AutoTokenizer
 
+    base, out, steps, seed = job.base, job.out, job.steps, job.seed
+    adapter, keep_adapter, state_dir = job.adapter, job.keep_adapter, job.state_dir
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = load_checkpoint(base, dtype=getattr(torch, cfg.dtype))
     hw, length = Hardware.detect(), max_length(cfg, model)
@@ -192,7 +206,7 @@ def train_version(
         from peft import get_peft_model
 
         model = get_peft_model(model, _peft_config(cfg.model_copy(update={"lora": True})))
-    method = method or cfg.method
+    method = job.method or cfg.method
     plan: list = []
     if method in ("sft", "sft+dpo", "sft+grpo") and sft_data is not None and len(sft_data):
         plan.append(("sft", sft_data))

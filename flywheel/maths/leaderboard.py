@@ -1,15 +1,16 @@
 """Leaderboards: a battle log's Bradley-Terry ratings with bootstrap CIs (``rate``), the online Elo
 shown live, and the boards the stages and queries fit the same way over judged battles.
 
-Pure: columns and records in, typed rows out. The ``rating:`` settings come in as any object with
-the fields ``BoardSettings`` names (the config's ``RatingConfig`` is one); this module imports no
-config and no store.
+Pure: columns and records in, typed rows out. How to rate travels as ``RatingOptions``; the
+``rating:`` settings come in as any object with the fields ``BoardSettings`` names (the config's
+``RatingConfig`` is one), which ``RatingOptions.of`` reads; this module imports no config and no store.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -42,6 +43,30 @@ class BoardSettings(Protocol):
     prior: float | None
 
 
+@dataclass(frozen=True)
+class RatingOptions:
+    """How a battle log is rated (``rate``): the bootstrap, the Elo scale and the fit.
+
+    ``rounds`` bootstrap rounds (0: no CIs, each bound equals the point) at confidence ``ci``,
+    drawn from ``seed``; ratings are ``init + scale x log_base(strength)``; ``prior``: virtual ties
+    against a mean-rated reference (None: none where the maximum-likelihood fit exists, else 0.1);
+    ``anchor``: (model, rating) pins that model's rating instead of centring its group on ``init``."""
+
+    rounds: int = 100
+    ci: float = 0.95
+    seed: int = 0
+    scale: float = 400.0
+    base: float = 10.0
+    init: float = 1000.0
+    prior: float | None = None
+    anchor: tuple[str, float] | None = None
+
+    @classmethod
+    def of(cls, rating: BoardSettings, seed: int) -> RatingOptions:
+        """The options of the ``rating:`` settings (``bootstrap_rounds`` -> ``rounds``), drawing from ``seed``."""
+        return cls(rating.bootstrap_rounds, rating.ci, seed, rating.scale, rating.base, rating.init, rating.prior)
+
+
 def online_elo(
     model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], k_factor: float = 4.0,
     scale: float = 400.0, base: float = 10.0, init: float = 1000.0,
@@ -57,23 +82,17 @@ def online_elo(
 
 
 def rate(
-    model_a: Sequence[str],
-    model_b: Sequence[str],
-    winner: Sequence[str],
-    rounds: int = 100,
-    ci: float = 0.95,
-    seed: int = 0,
-    scale: float = 400.0,
-    base: float = 10.0,
-    init: float = 1000.0,
-    anchor: tuple[str, float] | None = None,
-    prior: float | None = None,
-    fold_names: bool = False,
+    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], options: RatingOptions = RatingOptions(),
+    *, fold_names: bool = False,
 ) -> RatingReport:
     """Ratings with bootstrap CIs (best first), the win-rate and battle-count matrices, warnings.
 
-    Rank = 1 + the number of models in the same group whose lower bound is above this model's
-    upper bound. Zero battles give an empty report."""
+    ``model_a``, ``model_b``, ``winner``: the battle log's columns, one entry per battle (``fold_names``:
+    spellings that differ only by case or spaces merge under the most frequent one; else they are an
+    error). Rank = 1 + the number of models in the same group whose lower bound is above this
+    model's upper bound. Zero battles give an empty report."""
+    o = options
+    rounds, ci, scale, base, init, anchor = o.rounds, o.ci, o.scale, o.base, o.init, o.anchor
     if len(model_a) == 0:
         return RatingReport([], [], [], [], ["no battles to rate"])
     models, a, b, y = encode(model_a, model_b, winner, fold_names)
@@ -87,10 +106,10 @@ def rate(
         if anchor[0] not in models:
             raise ValueError(f"anchor model {anchor[0]!r} has no battles in this log")
         anchor_ix = (models.index(anchor[0]), (anchor[1] - init) * math.log(base) / scale)
-    theta = fit_bt(w, prior)
+    theta = fit_bt(w, o.prior)
     point = to_elo(center(theta, label, anchor_ix), scale, base, init)
     if rounds > 0:
-        boots = to_elo(center(bootstrap(k, cells, counts, rounds, seed, prior, start=theta), label, anchor_ix),
+        boots = to_elo(center(bootstrap(k, cells, counts, rounds, o.seed, o.prior, start=theta), label, anchor_ix),
                        scale, base, init)
         lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
         upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
@@ -121,10 +140,12 @@ def rate(
     return RatingReport(order, models, win_rate, n.astype(int).tolist(), warnings)
 
 
-def leaderboard(model_a, model_b, winner, rounds=100, ci=0.95, seed=0, scale=400.0, base=10.0, init=1000.0,
-                **kw) -> list[Rating]:
+def leaderboard(
+    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], options: RatingOptions = RatingOptions(),
+    *, fold_names: bool = False,
+) -> list[Rating]:
     """Just the rows of ``rate``."""
-    return rate(model_a, model_b, winner, rounds, ci, seed, scale, base, init, **kw).ratings
+    return rate(model_a, model_b, winner, options, fold_names=fold_names).ratings
 
 
 def columns(rows: Iterable[JudgedBattle]) -> tuple[list[str], list[str], list[str]]:
@@ -136,8 +157,7 @@ def columns(rows: Iterable[JudgedBattle]) -> tuple[list[str], list[str], list[st
 
 def board(rows: Iterable[JudgedBattle], rating: BoardSettings, seed: int) -> list[Rating]:
     """The configured Bradley-Terry leaderboard (``rating:``) of judged battles."""
-    return leaderboard(*columns(rows), rating.bootstrap_rounds, rating.ci, seed, rating.scale, rating.base,
-                       rating.init, prior=rating.prior)
+    return leaderboard(*columns(rows), RatingOptions.of(rating, seed))
 
 
 def category_boards(rows: Iterable[JudgedBattle], rating: BoardSettings, seed: int) -> dict[str, list[dict]]:

@@ -31,8 +31,8 @@ def allocate_compute(ctx: Context, k: int) -> Allocation:
                 compute[t].append(steps * (_n_params(ctx, t) if ctx.cfg.allocate.compute == "params" else 1))
     previous = read_stage(ctx.store, k - 1, "allocate", Allocation) if k > 0 else None
     return allocate(ctx.cfg.allocate, ctx.roster.targets, ctx.cfg.train.steps, ctx.cfg.select.battles_per_iteration,
-                    progress, compute, previous.shares if previous else None,
-                    previous.pooled is not False if previous else True, seed=ctx.cfg.run.seed)
+                    progress, compute, previous=previous.shares if previous else None,
+                    was_pooled=previous.pooled is not False if previous else True, seed=ctx.cfg.run.seed)
 
 
 @functools.lru_cache(maxsize=64)

@@ -24,8 +24,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
     if ctx.cfg.world.kind == "games":
         cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
-                           ctx.cfg.world.games.prompt, ctx.cfg.world.games.symmetries, ctx.cfg.world.games.missed_moves,
-                           ctx.cfg.world.games.tactics)
+                           ctx.cfg.world.games)
     else:
         cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
@@ -48,6 +47,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
             GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "")
             + (GAME_TACTICS[kind] if games.tactics else "")
             + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))
-        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players, chat, rule)
+        card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players=players, chat=chat,
+                            rule=rule)
         counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
     return CurateResult(counts["sft"], counts["dpo"], cur.dropped)

@@ -52,8 +52,9 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             if cfg.opponents == "pfsp":
                 rates = selection.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
                                                      selection.opponent_arms(cfg, ctx.roster.opponents))
-            specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, version, n, k, rnd,
-                                          ctx.cfg.run.seed, used, rates)
+            this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed)
+            specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, this_round, used,
+                                          opp_win_rates=rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
     return SelectResult(len(specs), cfg.policy, count_arms(specs), floors)
 

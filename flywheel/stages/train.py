@@ -16,7 +16,7 @@ from flywheel.ground.records import SCORE_A, Battle, PlayerVersion, base_name, s
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog, save_rollouts, with_advantages
-from flywheel.learning.training import Hardware, is_main_process, precision, train_version
+from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TargetTraining, TrainResult
@@ -49,14 +49,15 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
-        res = train_version(ctx.roster.path(versioned(t, 0)), target_dir, sft, dpo, tc, steps,
-                            ctx.cfg.run.seed + k, adapter=str(previous) if previous else None, keep_adapter=True,
-                            state_dir=state, method=method, rl=rl)
+        job = TrainJob(ctx.roster.path(versioned(t, 0)), target_dir, steps, ctx.cfg.run.seed + k, method=method,
+                       adapter=str(previous) if previous else None, keep_adapter=True, state_dir=state)
+        res = train_version(job, tc, sft, dpo, rl=rl)
         if ctx.cfg.allocate.sharing != "federated":  # federated: served once merged
             serve_adapter(ctx, t, k)
     else:
-        res = train_version(ctx.roster.path(ctx.current_version(t, k)), target_dir, sft, dpo, tc, steps,
-                            ctx.cfg.run.seed + k, state_dir=state, method=method, rl=rl)
+        job = TrainJob(ctx.roster.path(ctx.current_version(t, k)), target_dir, steps, ctx.cfg.run.seed + k,
+                       method=method, state_dir=state)
+        res = train_version(job, tc, sft, dpo, rl=rl)
     if is_main_process():
         base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
         atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))
