@@ -18,6 +18,7 @@ from flywheel.face.cli_rate import rate_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
+from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import ConfigError, dump_config, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.maths.ratings import Rating
@@ -207,8 +208,6 @@ def config_show(
 @config_app.command("schema")
 def config_schema() -> None:
     """Print the config's JSON schema (for an editor's YAML completion and checks)."""
-    from flywheel.ground.config import FlywheelConfig
-
     typer.echo(json.dumps(FlywheelConfig.model_json_schema(), indent=2))
 
 

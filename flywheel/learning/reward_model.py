@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.ground import progress
+from flywheel.ground.atomic import DamagedFileError
 from flywheel.ground.chat import as_text, assistant
 from flywheel.ground.checkpoints import save_checkpoint
 from flywheel.ground.config import TrainConfig
@@ -58,8 +59,6 @@ def _load_classifier(path: str, **kwargs: Any):
 
     from safetensors import SafetensorError
     from transformers import AutoModelForSequenceClassification
-
-    from flywheel.ground.atomic import DamagedFileError
 
     try:
         from trl.trainer.reward_trainer import suppress_seqcls_warning

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 
 Scored = tuple[float | None, str | None]
 Scorer = Callable[[list[str], list[str], dict[str, list]], list[Scored]]
@@ -196,8 +196,6 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl) -> int:
     a ``README.md`` card), atomically; reward and advantage stay numbers (a failed reward is null)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from flywheel.ground.atomic import atomic_write_dir
 
     types = {"reward": pa.float64(), "advantage": pa.float64(), "step": pa.int64(), "iteration": pa.int64()}
     schema = pa.schema([(c, types.get(c, pa.string())) for c in ROLLOUT_COLUMNS])
