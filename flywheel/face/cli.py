@@ -14,7 +14,7 @@ from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
 from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
-from flywheel.face.cli_rate import rate_cmd
+from flywheel.face.cli_rate import lc_board_cmd, rate_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
@@ -248,9 +248,13 @@ def elo(
         help="Eval subset (WizardArena's; all: each and the whole).")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a PNG: Elo history with CI bands, win-rate heatmap.")] = None,
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
+    lc_baseline: Annotated[Optional[str], typer.Option(
+        metavar="MODEL", help="Length-controlled win rates against MODEL (AlpacaEval's).")] = None,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
-    refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference)
+    refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference, lc_baseline=lc_baseline)
+    if lc_baseline is not None:
+        return lc_board_cmd(run_dir, lc_baseline, format)
 
     try:
         last, rows = queries.latest_board(run_dir)

@@ -1,5 +1,6 @@
 """``flywheel rate``: any battle log (JSONL, JSON, CSV or Parquet, Chatbot Arena's layout) rated
-with the same Bradley-Terry leaderboard as a run."""
+with the same Bradley-Terry leaderboard as a run; and ``flywheel elo --lc-baseline``: a run's
+length-controlled win rates against a baseline."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
+from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_battle_columns, read_reference
 from flywheel.face.cli_data import Format, fail
 from flywheel.ground import reports
 from flywheel.maths.leaderboard import RatingOptions, rate
+from flywheel.maths.length_control import COLUMNS as LC_COLUMNS
 
 
 def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
@@ -92,3 +95,13 @@ def rate_cmd(
             typer.echo("\nconsistency with the reference: " + json.dumps(cons))
         return
     typer.echo(reports.render_sections({n: r.rows() for n, r in reports_by.items()}, format))
+
+
+def lc_board_cmd(run_dir: Path, baseline: str, format: str) -> None:
+    """``flywheel elo RUN_DIR --lc-baseline MODEL``: print each model's battles against MODEL, win
+    rate, length-controlled win rate with its interval, length coefficient, mean length difference."""
+    try:
+        rows = queries.lc_board(run_dir, baseline)
+    except queries.QueryError as e:
+        fail(str(e))
+    typer.echo(reports.render(rows, format, LC_COLUMNS))

@@ -1,5 +1,6 @@
 """Read-only queries over a run directory, as the CLI prints them: leaderboards (latest, history,
-subsets, categories), where the battles went, plots and the end-of-run report. Nothing here
+subsets, categories), length-controlled win rates, where the battles went, plots and the
+end-of-run report. Nothing here
 writes into the run."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from flywheel.ground.config_io import load_config
 from flywheel.ground.store import RunStore, iter_name
 from flywheel.maths.leaderboard import category_boards as boards
 from flywheel.maths.leaderboard import RatingOptions, columns, rate
+from flywheel.maths.length_control import LCOptions, lc_rows
 
 
 class QueryError(ValueError):
@@ -46,6 +48,24 @@ def category_boards(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     store = RunStore(run_dir)
     cfg = load_config(store.config_path)
     return boards(store.judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
+
+
+def lc_board(run_dir: Path, baseline: str) -> list[dict[str, Any]]:
+    """Each model's length-controlled win rate against ``baseline`` over the run's eval battles
+    (AlpacaEval's; ``flywheel/maths/length_control.py``), with the run's bootstrap settings."""
+    store = RunStore(run_dir)
+    if not RunStore.is_run_dir(run_dir):
+        raise QueryError(f"{run_dir}: not a run directory (no config.yaml)")
+    played = sorted({m for b in store.battles(None, "eval") for m in (b.model_a, b.model_b)})
+    if baseline not in played:
+        raise QueryError(f"--lc-baseline {baseline!r} is not in the run's eval battles; "
+                         f"{'its models: ' + ', '.join(played) if played else 'it has none'}")
+    judged = store.judged(None, "eval")
+    cfg = load_config(store.config_path)
+    rows = lc_rows(judged, baseline, LCOptions(cfg.rating.bootstrap_rounds, cfg.rating.ci, cfg.evaluate.bootstrap_seed))
+    if not rows:
+        raise QueryError(f"--lc-baseline {baseline!r} has no judged eval battles against another model")
+    return rows
 
 
 @dataclass(frozen=True)
