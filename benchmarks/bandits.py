@@ -277,7 +277,9 @@ def floor_share(select, battles: int) -> tuple[float | None, float]:
     cells, share whose opponent is drawn uniformly) whatever the bandit has learnt: the selector's
     own rounding of each round's budget (flywheel/arena/selection.py, Selector.choose). None for
     the first with ``auto``: the runs report the share they spread."""
-    uniform_opponents = 1.0 if select.opponents == "uniform" or select.policy == "uniform" else 0.0
+    if select.policy == "uniform":  # nothing is learnt: every battle is drawn evenly
+        return 1.0, 1.0
+    uniform_opponents = 1.0 if select.opponents == "uniform" else 0.0
     if select.prompt_floor == "auto":
         return None, uniform_opponents
     rounds = range(1, select.rounds + 1)
@@ -348,8 +350,8 @@ def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[
                if SCORE_A[jb.winner] == (0.0 if base_name(jb.battle.model_a) == target else 1.0))
     floors = [(ctx.store.stage_json(k, f"select-r{r}") or {}).get("floors") or {}
               for k in range(1, run_cfg.run.iterations + 1) for r in range(1, run_cfg.select.rounds + 1)]
-    even = [f[target] for f in floors if target in f] or [float(run_cfg.select.prompt_floor) if
-                                                           run_cfg.select.prompt_floor != "auto" else float("nan")]
+    fixed = 1.0 if run_cfg.select.policy == "uniform" else run_cfg.select.prompt_floor
+    even = [f[target] for f in floors if target in f] or [float("nan") if fixed == "auto" else float(fixed)]
     return acc, lost / max(1, len(judged)), statistics.fmean(even)
 
 

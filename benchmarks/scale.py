@@ -144,7 +144,7 @@ def one_flow(battles: int, seed: int) -> dict[str, float]:
         with prefect_test_harness(server_startup_timeout=120):
             server = time.perf_counter() - t0
             t0 = time.perf_counter()
-            run_dir = run_flywheel(cfg.model_dump(mode="json"))
+            run_dir = run_flywheel(cfg)
             seconds = time.perf_counter() - t0
             arena = arena_seconds()
         played = len(RunStore(Path(run_dir)).battles(1, "train"))

@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flywheel.ground import interrupt, reports
-from flywheel.ground.config import FlywheelConfig
+from flywheel.ground.config import FlywheelConfig, RunConfig
 from flywheel.ground.config_io import load_config
 from flywheel.ground.dataset_files import dataset_rows
 from flywheel.ground.records import versioned
@@ -189,9 +189,9 @@ PUBLISHERS: dict[str, Callable[[Context, int, Any], None]] = {
 }
 
 
-def task_runner(run: dict[str, Any]):
+def task_runner(run: RunConfig):
     """The task runner a run's config asks for (``run.task_runner``), imported lazily."""
-    kind, address, workers = run.get("task_runner", "default"), run.get("runner_address"), run.get("workers", 1)
+    kind, address, workers = run.task_runner, run.runner_address, run.workers
     if kind == "dask":
         try:
             from prefect_dask import DaskTaskRunner
@@ -210,11 +210,10 @@ def task_runner(run: dict[str, Any]):
     return ThreadPoolTaskRunner(max_workers=workers)
 
 
-def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = None, **kw: Any) -> str:
+def run_flywheel(cfg: FlywheelConfig, resume: str | None = None, **kw: Any) -> str:
     """The flywheel flow on the task runner of the run's config (the run directory's own one on
     resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
     here, so that the flow run is named after it."""
-    cfg = config if isinstance(config, FlywheelConfig) else FlywheelConfig.model_validate(config)
     if resume is not None:
         run_cfg = load_config(RunStore(Path(resume)).config_path)
         name = run_cfg.run.name or Path(resume).name
@@ -222,7 +221,7 @@ def run_flywheel(config: dict[str, Any] | FlywheelConfig, resume: str | None = N
         run_cfg = cfg = cfg.model_copy(deep=True)
         cfg.run.name = name = cfg.run.name or new_run_id()
     with tags("flywheel", f"run:{name}"):
-        return flywheel.with_options(task_runner=task_runner(run_cfg.run.model_dump(mode="json")))(cfg, resume, **kw)
+        return flywheel.with_options(task_runner=task_runner(run_cfg.run))(cfg, resume, **kw)
 
 
 def flow_run_name() -> str:
@@ -274,8 +273,8 @@ def scheduled_flywheel(config: FlywheelConfig) -> str:
     base = cfg.run.name or "scheduled"
     if cfg.schedule.mode == "fresh":
         cfg.run.name = f"{base}-{new_run_id()}-{os.urandom(2).hex()}"
-        return run_flywheel(cfg.model_dump(mode="json"))
+        return run_flywheel(cfg)
     root = Path(cfg.run.root) / base
     cfg.run.name = base
     resume = str(root) if RunStore(root).config_path.exists() else None
-    return run_flywheel(cfg.model_dump(mode="json"), resume, more=1, lock_wait_s=cfg.schedule.lock_wait_s)
+    return run_flywheel(cfg, resume, more=1, lock_wait_s=cfg.schedule.lock_wait_s)

@@ -100,7 +100,7 @@ def test_the_floor_share_is_the_selectors_own_rounding():
     assert floor_share(SelectConfig(), 1200) == (0.5, 0.0)
     assert floor_share(SelectConfig(), 150) == (74 / 150, 0.0)  # rounds of 38, 38, 37, 37: 19 + 19 + 18 + 18
     assert floor_share(SelectConfig(prompt_floor=1.0, opponents="uniform"), 150) == (1.0, 1.0)
-    assert floor_share(SelectConfig(policy="uniform"), 1200) == (0.5, 1.0)
+    assert floor_share(SelectConfig(policy="uniform"), 1200) == (1.0, 1.0)  # nothing learnt: all drawn evenly
 
 
 def test_part2_reports_every_selection_side_by_side(monkeypatch, capsys, tmp_path):

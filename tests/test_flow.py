@@ -26,7 +26,7 @@ def finished_run(harness, tiny_models_dir, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("runs")
     cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6))
-    run_dir = run_flywheel(cfg.model_dump(mode="json"))  # as the CLI runs it: tagged, on the config's runner
+    run_dir = run_flywheel(cfg)  # as the CLI runs it: tagged, on the config's runner
     return RunStore(root / "flow") if run_dir else None
 
 
@@ -357,7 +357,7 @@ def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finis
 
     tree = tiny_tree(tiny_models_dir, finished_run.root.parent, run__name="dask", run__iterations=1,
                      run__shard_size=6, run__task_runner="dask", run__workers=2)
-    dask = RunStore(Path(run_flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json"))))
+    dask = RunStore(Path(run_flywheel(FlywheelConfig.model_validate(tree))))
     shards = sorted(f.name for f in (dask.root / "battles").glob("iter-0001-train-*.parquet"))
     assert len(shards) == 4 * 2 and shards[:2] == ["iter-0001-train-r1-s0000.parquet", "iter-0001-train-r1-s0001.parquet"]
     usage = dask.read_jsonl("usage.jsonl")

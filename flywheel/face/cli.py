@@ -103,7 +103,7 @@ def run(
     interrupt.stop_at_once()  # Ctrl-C and SIGTERM stop at once, with the --resume command
     interrupt.watch_children()  # and a kill -9 of this process alone leaves no server behind
     try:
-        run_dir = Path(run_flywheel(cfg.model_dump(mode="json"), str(resume) if resume else None))
+        run_dir = Path(run_flywheel(cfg, str(resume) if resume else None))
     except RunLockedError as e:
         fail(str(e), IN_USE)
     except FileExistsError as e:
