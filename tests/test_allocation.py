@@ -12,6 +12,7 @@ from flywheel.ground.config_io import ConfigError, load_config
 from flywheel.ground.records import Battle, Judgment
 from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
 from flywheel.learning.curation import curate
+from flywheel.stages.context import latest_gpu_shares
 
 T = ["a", "b", "c"]
 # Eval accuracy after each iteration (0 = baseline) and training steps spent per iteration.
@@ -255,11 +256,14 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     from flywheel.learning.allocation import Allocation
 
     after_1 = Allocation({"a": 0.75, "b": 0.25}, {"a": 3, "b": 1}, {"a": 3, "b": 1}, gpu_memory={"a": 0.45, "b": 0.15})
-    store.save_stage_json(1, "allocate", after_1.to_json(), 0.0)
     roster = Roster(FlywheelConfig.model_validate(tree), store)
     roster.player("a@0")  # before any allocation: an equal share
-    roster.player("a@1")  # after iteration 1
-    roster.player("a@2")  # iteration 2's allocation is not written yet: the one it was trained under
+    roster.hand_in(after_1.gpu_memory)  # the allocate stage of iteration 1
+    roster.player("a@1")
+    roster.player("a@2")  # iteration 2's allocation is not made yet: iteration 1's
+    store.save_stage_json(1, "allocate", after_1.to_json(), 0.0)
+    assert latest_gpu_shares(store, 4) == after_1.gpu_memory  # a resumed run starts from the latest on disk
+    assert latest_gpu_shares(RunStore(tmp_path / "fresh"), 4) is None
     tree["allocate"] = {}
     tree["targets"][0]["gpu_memory_utilization"] = 0.7
     other = Roster(FlywheelConfig.model_validate(tree), store)

@@ -18,6 +18,7 @@ from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import PlayerVersion, Prompt, stable_id, versioned
 from flywheel.ground.store import RunStore
+from flywheel.learning.allocation import Allocation
 from flywheel.stages.results import EvalResult, PromoteResult, VersionEval
 from flywheel.worlds.world import Roster, world_pools
 from judges.base import PairwiseJudge
@@ -40,6 +41,17 @@ R = TypeVar("R", bound=JsonRecord)
 _CONTEXTS: dict[str, Context] = {}
 
 
+def latest_gpu_shares(store: RunStore, last: int) -> dict[str, float] | None:
+    """The GPU-memory shares of the latest allocation on disk (iteration ``last`` or before), which
+    the allocate stage handed to the roster when it ran: a resumed run and a shard's worker
+    start from them."""
+    for k in range(last, -1, -1):
+        data = store.stage_json(k, "allocate")
+        if data is not None:
+            return Allocation.from_json(data).gpu_memory
+    return None
+
+
 @dataclass
 class Context:
     """What every stage needs: the config, the run directory, the roster (with its player pool)
@@ -54,6 +66,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.roster = Roster(self.cfg, self.store)
+        self.roster.hand_in(latest_gpu_shares(self.store, self.cfg.run.iterations))
         self.train_pool, self.eval_split, self.validation = world_pools(self.cfg.world)
 
     @functools.cached_property

@@ -77,8 +77,9 @@ def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> Iterati
 
 
 def _allocate(ctx: Context, k: int, runner: Runner) -> None:
-    runner.stage("allocate", allocate.allocate_compute, ctx, k)
+    alloc = runner.stage("allocate", allocate.allocate_compute, ctx, k)
     if ctx.cfg.allocate.gpu_memory is not None:  # vLLM engines restart with their new memory share
+        ctx.roster.hand_in(alloc.gpu_memory)
         ctx.release_players()
 
 

@@ -12,7 +12,7 @@ from flywheel.ground.chat import template_hash, template_of, uses_chat
 from flywheel.ground.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.ground.records import PlayerVersion, Prompt, stable_id
 from flywheel.ground.store import RunStore
-from flywheel.learning.allocation import Allocation, equal, gpu_memory_shares
+from flywheel.learning.allocation import equal, gpu_memory_shares
 from flywheel.players import Player, SamplingParams, resolve
 from flywheel.players.api import Budget
 from flywheel.players.base import PlayerSetup
@@ -94,6 +94,7 @@ class Roster:
     _by_name: dict[str, PlayerConfig] = field(init=False)
     budget: object = field(init=False)
     pool: PlayerPool = field(init=False, default_factory=PlayerPool)
+    gpu_shares: dict[str, float] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
@@ -174,18 +175,20 @@ class Roster:
                             gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
         return player_from_config(pc, name, setup)
 
+    def hand_in(self, shares: dict[str, float] | None) -> None:
+        """The GPU-memory fractions of in-process vLLM targets now in force, handed in by the
+        allocate stage (``allocate.gpu_memory``; None: equal shares). Engines built afterwards use
+        them; the caller releases the pool so that running engines restart with theirs."""
+        self.gpu_shares = shares
+
     def gpu_memory(self, player: str) -> float:
-        """An in-process vLLM engine's GPU-memory fraction. With ``allocate.gpu_memory``, a target
-        version k gets the share of the latest allocation on disk for it (after iteration k, else
-        the one it was trained under; equal shares before any); otherwise its own setting."""
+        """An in-process vLLM engine's GPU-memory fraction: with ``allocate.gpu_memory``, its
+        target's share handed in by the allocate stage (equal shares before any); otherwise the
+        player's own setting."""
         pc = self.config(player)
-        base, k = PlayerVersion.parse(player)
+        base = PlayerVersion.parse(player).name
         alloc = self.cfg.allocate
         if alloc.gpu_memory is None or base not in self.targets:
             return pc.gpu_memory_utilization
-        for i in [i for i in (k or 0, (k or 0) - 1) if i >= 0]:
-            data = self.store.stage_json(i, "allocate")
-            got = Allocation.from_json(data).gpu_memory if data else None
-            if got and base in got:
-                return got[base]
-        return gpu_memory_shares(alloc, equal(self.targets))[base]
+        shares = self.gpu_shares or gpu_memory_shares(alloc, equal(self.targets))
+        return shares[base]
