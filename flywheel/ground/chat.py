@@ -69,8 +69,15 @@ def uses_chat(template: str | None, setting: str, player: str) -> bool:
     return True
 
 
+_NOTED: set[str] = set()
+
+
 def note_raw_text(player: str) -> None:
-    log.info("player %s: no chat template; it is asked in raw text", player)
+    """Say once per process (a run reloads its players every iteration) that ``player`` is asked
+    in raw text."""
+    if player not in _NOTED:
+        _NOTED.add(player)
+        log.info("player %s: no chat template; it is asked in raw text", player)
 
 
 def template_hash(template: str | None) -> str:
