@@ -40,8 +40,9 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
     resumed run plays exactly these battles."""
     cfg = ctx.cfg.select
     specs: list[BattleSpec] = ctx.store.plan(k, rnd) or []
-    floors = {t: round(selection.prompt_floor(cfg, load_selector(ctx, t, k, rnd).prompt), 4)
-              for t in ctx.roster.targets} if cfg.prompt_floor == "auto" else None
+    selectors = {t: load_selector(ctx, t, k, rnd) for t in ctx.roster.targets}
+    floors = {t: round(selection.prompt_floor(cfg, sel.prompt), 4)
+              for t, sel in selectors.items()} if cfg.prompt_floor == "auto" else None
     if not specs:
         earlier = ctx.store.plan(k) or []
         for t in ctx.roster.targets:
@@ -53,7 +54,7 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
                 rates = selection.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
                                                      selection.opponent_arms(cfg, ctx.roster.opponents))
             this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed)
-            specs += selection.plan_round(load_selector(ctx, t, k, rnd), cfg, ctx.pool_by_cell, this_round, used,
+            specs += selection.plan_round(selectors[t], cfg, ctx.pool_by_cell, this_round, used,
                                           opp_win_rates=rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
     return SelectResult(len(specs), cfg.policy, count_arms(specs), floors)
