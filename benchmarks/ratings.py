@@ -1,4 +1,4 @@
-"""Bradley-Terry + bootstrap: ours vs the method Chatbot Arena runs today, in one run.
+"""Bradley-Terry + bootstrap at scale: ours vs the method Chatbot Arena runs today, on a grid of logs.
 
 The anchor is Chatbot Arena's current published rating method, written here from its
 description: the log is aggregated into its unique (model_a, model_b, outcome) rows with counts
@@ -8,24 +8,29 @@ draws every round's row counts from one multinomial over the unique rows and fit
 a process pool over all cores. It preprocesses the log once here (FastChat's report calls
 ``compute_bootstrap_bt`` and ``compute_bt``, which preprocess it once each).
 
-Ours (``flywheel.maths.leaderboard.rate``): each column factorized on its own (in parallel for arrow-backed
-columns); the log aggregated into cells of unordered pairs and outcomes; a batched Newton fit;
-the rounds are multinomial draws over the cells in seeded chunks, drawn and fitted on threads.
+Ours (``flywheel.maths.leaderboard.rate``): the columns factorized in C; the log aggregated into
+cells of unordered pairs and outcomes, held as the list of pairs that met; a Newton point fit;
+the rounds drawn as exact multinomial resamples of the battles in seeded chunks on threads and
+refitted from the point by chord steps with one shared inverse Hessian (``flywheel/maths/bt_fit.py``).
 
 Both get the same log as a pandas DataFrame with pandas' default (arrow-backed) string columns,
-what ``pd.read_json`` or ``pd.read_parquet`` give a user today; ours is also timed on the same
-columns as Python lists (``lists s``). Each time is the fastest of ``--repeats`` runs.
+what ``pd.read_json`` or ``pd.read_parquet`` give a user today. The two methods take turns,
+``--repeats`` times each; a time is the median of its runs, with their range beside it.
 
-Two logs per seed: ``uniform`` (every pair equally often) and ``skewed`` (pair popularity
-Zipf-like, as on a real arena, where some pairs meet thousands of times and others a handful).
+The grid: ``--models`` x ``--battles`` x ``--logs`` per seed: ``uniform`` (every model plays
+about as often) and ``skewed`` (pair popularity Zipf-like, as on a real arena, where some pairs
+meet thousands of times and others a handful). Then ``--big`` models (1,000; 0: none) on
+``--big-battles``, ours timed once; the anchor there only if one of its fits, times (1 + rounds /
+workers), says it would end within ``--anchor-cap`` seconds.
 
-    python -m benchmarks.ratings                              # 1,000,000 battles, 64 models, 100 rounds, seeds 0,1,2
-    python -m benchmarks.ratings --seeds 7,8 --battles 200000 --models 32
-    python -m benchmarks.ratings --quick                      # 100,000 battles, 32 models, 20 rounds
+    python -m benchmarks.ratings                                   # the whole grid, seed 0, 3 repeats, and 1,000 models
+    python -m benchmarks.ratings --models 64,128 --battles 100000 --big 0
+    python -m benchmarks.ratings --quick                           # 32 models, 20,000 battles, 20 rounds
 
-Prints each log's times, the largest point-estimate differences (Elo) between ours, the
-anchor's and the exact maximum-likelihood fit (the anchor's loss minimised to convergence, not
-timed), then ends with ``ratio: X``: the anchor's seconds / ours, the median over every log.
+Prints per log the times, the ratio (the anchor's median / ours), each method's largest distance
+(Elo) from the exact maximum-likelihood fit (Newton's method on the anchor's loss to machine
+precision, not timed; "no MLE" where it does not exist), and the mean 95% CI width of each; then
+the ratios' minimum over the grid's cells, and ends with ``ratio: X``, their median.
 """
 
 from __future__ import annotations
@@ -103,16 +108,6 @@ def anchor_fit(matchups, outcomes, weights, n_models, alpha, tol=1e-6):
     return res.x
 
 
-def exact_mle(battles: pd.DataFrame) -> tuple[list[str], np.ndarray]:
-    """The anchor's loss minimised to convergence (not timed): the MLE both methods estimate."""
-    from scipy.optimize import minimize
-
-    matchups, outcomes, models, weights = anchor_preprocess(battles)
-    x = minimize(anchor_loss, np.zeros(len(models)), args=(matchups, outcomes, weights, math.log(10)), jac=True,
-                 method="L-BFGS-B", options={"maxiter": 10_000, "gtol": 1e-12, "ftol": 1e-15}).x
-    return models, 1000 + 400 * (x - x.mean())
-
-
 def anchor(battles: pd.DataFrame, rounds: int, seed: int, workers: int):
     """(models, point Elo, bootstrap Elo [rounds, K]) the anchor's way."""
     matchups, outcomes, models, weights = anchor_preprocess(battles)
@@ -128,73 +123,152 @@ def anchor(battles: pd.DataFrame, rounds: int, seed: int, workers: int):
     return models, to_elo(point), to_elo(boots)
 
 
+# -- the exact fit --------------------------------------------------------------------------------
+def exact_mle(battles: pd.DataFrame) -> dict[str, float] | None:
+    """Elo of the exact maximum-likelihood fit (mean 1000), by Newton's method on the anchor's rows
+    until a step below 1e-12; None where it does not exist (or the log is not connected)."""
+    from flywheel.maths.pairs import Pairs, components, mle_exists
+    from flywheel.maths.ratings import cell_counts, encode
+
+    models, a, b, score = encode(battles["model_a"], battles["model_b"], battles["winner"])
+    k = len(models)
+    cells, counts = cell_counts(k, a, b, score)
+    pairs = Pairs.of(k, cells)
+    n, w = pairs.stats(counts)
+    if not mle_exists(pairs, n, w)[0] or components(pairs, n[0] > 0).max() > 0:
+        return None
+    matchups, outcomes, names, weights = anchor_preprocess(battles)
+    x = np.zeros(len(names))
+    for _ in range(200):
+        d = x[matchups[:, 0]] - x[matchups[:, 1]]
+        p = 1.0 / (1.0 + np.exp(-d))
+        r, h = (outcomes - p) * weights, p * (1 - p) * weights
+        grad = np.bincount(matchups[:, 0], r, len(x)) - np.bincount(matchups[:, 1], r, len(x))
+        hess = np.zeros((len(x), len(x)))
+        np.add.at(hess, (matchups[:, 0], matchups[:, 1]), -h)
+        np.add.at(hess, (matchups[:, 1], matchups[:, 0]), -h)
+        hess[np.diag_indices(len(x))] -= hess.sum(axis=1)
+        step = np.linalg.solve(hess + hess.diagonal().mean() / len(x), grad)
+        x += step * min(1.0, 2.0 / max(float(np.abs(step).max()), 1e-300))
+        if np.abs(step).max() < 1e-12:
+            break
+    elo = 1000 + 400 / math.log(10) * (x - x.mean())
+    return dict(zip(names, elo.tolist()))
+
+
 # -- one log --------------------------------------------------------------------------------------
-def best_of(repeats: int, fn, *args, **kw):
-    """(the result of the first call, the fastest of ``repeats`` calls in seconds)."""
-    out, times = None, []
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        got = fn(*args, **kw)
-        times.append(time.perf_counter() - t0)
-        out = got if i == 0 else out
-    return out, min(times)
+def spread(times: list[float]) -> tuple[float, float, float]:
+    """(median, min, max) of the run times."""
+    return statistics.median(times), min(times), max(times)
 
 
-def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, repeats: int) -> dict:
+def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, repeats: int,
+            anchor_cap: float | None = None) -> dict:
+    """Time ours and the anchor on one log, taking turns; with ``anchor_cap``, the anchor runs only if
+    its estimated time is under the cap."""
     battles = simulate(n, k, seed, skewed)
     columns = [battles[c] for c in ("model_a", "model_b", "winner")]
     options = RatingOptions(rounds=rounds, seed=seed)
-    report, ours_s = best_of(repeats, rate, *columns, options)
-    _, lists_s = best_of(repeats, rate, *[c.tolist() for c in columns], options)
-    (models, point, boots), anchor_s = best_of(repeats, anchor, battles, rounds, seed, workers)
-    ours = {r.model: r for r in report.ratings}
-    diff = max(abs(ours[m].rating - point[i]) for i, m in enumerate(models))
-    exact_models, exact = exact_mle(battles)
-    ours_err = max(abs(ours[m].rating - exact[i]) for i, m in enumerate(exact_models))
-    anchor_err = max(abs(point[models.index(m)] - exact[i]) for i, m in enumerate(exact_models))
-    width_anchor = float(np.mean(np.quantile(boots, 0.975, axis=0) - np.quantile(boots, 0.025, axis=0)))
-    width_ours = float(np.mean([r.upper - r.lower for r in report.ratings]))
-    return {"ours_s": ours_s, "lists_s": lists_s, "anchor_s": anchor_s, "diff": diff, "ours_err": ours_err,
-            "anchor_err": anchor_err, "width_ours": width_ours, "width_anchor": width_anchor,
-            "ratio": anchor_s / ours_s, "lists_ratio": anchor_s / lists_s}
+    run_anchor, estimate = True, None
+    if anchor_cap is not None:
+        t0 = time.perf_counter()
+        matchups, outcomes, models, weights = anchor_preprocess(battles)
+        anchor_fit(matchups, outcomes, weights, len(models), math.log(10))
+        one = time.perf_counter() - t0
+        estimate = one * (1 + rounds / workers)
+        run_anchor = estimate <= anchor_cap
+    ours_t, anchor_t, report, got = [], [], None, None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        report = rate(*columns, options)
+        ours_t.append(time.perf_counter() - t0)
+        if run_anchor:
+            t0 = time.perf_counter()
+            got = anchor(battles, rounds, seed, workers)
+            anchor_t.append(time.perf_counter() - t0)
+    exact = exact_mle(battles)
+    ours = {r.model: r.rating for r in report.ratings}
+    out = {"ours": spread(ours_t), "anchor": spread(anchor_t) if anchor_t else None, "estimate": estimate,
+           "ours_err": None, "anchor_err": None,
+           "width_ours": float(np.mean([r.upper - r.lower for r in report.ratings])), "width_anchor": None}
+    if exact is not None:
+        out["ours_err"] = max(abs(ours[m] - e) for m, e in exact.items())
+    if got is not None:
+        models, point, boots = got
+        out["width_anchor"] = float(np.mean(np.quantile(boots, 0.975, axis=0) - np.quantile(boots, 0.025, axis=0)))
+        if exact is not None:
+            out["anchor_err"] = max(abs(point[i] - exact[m]) for i, m in enumerate(models))
+        out["ratio"] = out["anchor"][0] / out["ours"][0]
+    return out
+
+
+def row(name: str, r: dict) -> str:
+    t = lambda s: f"{s[0]:7.3f} ({s[1]:.3f}-{s[2]:.3f})" if s else f"{'-':>21}"  # noqa: E731
+    e = lambda x: f"{x:8.4f}" if x is not None else f"{'no MLE':>8}"  # noqa: E731
+    anchor = t(r["anchor"]) if r["anchor"] else f"skipped: ~{r['estimate']:.0f} s".rjust(21)
+    ratio = f"{r['ratio']:6.1f}" if "ratio" in r else f"{'-':>6}"
+    anchor_err = e(r["anchor_err"]) if r["anchor"] else f"{'-':>8}"
+    width = f"{r['width_ours']:6.2f} / " + (f"{r['width_anchor']:.2f}" if r["width_anchor"] is not None else "-")
+    return f"{name:>24}  {t(r['ours'])}  {anchor}  {ratio}  {e(r['ours_err'])}  {anchor_err}  {width}"
+
+
+def ints(text: str) -> list[int]:
+    return [int(x.replace("_", "")) for x in text.split(",") if x.strip()]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--battles", type=int, default=1_000_000)
-    ap.add_argument("--models", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (one uniform and one skewed log each)")
+    ap.add_argument("--models", default="64,128,256", help="comma-separated model counts of the grid")
+    ap.add_argument("--battles", default="100000,1000000", help="comma-separated battle counts of the grid")
+    ap.add_argument("--logs", default="uniform,skewed", help="uniform, skewed or both")
+    ap.add_argument("--rounds", type=int, default=100, help="bootstrap rounds")
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds (a grid each)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="the anchor's process pool")
-    ap.add_argument("--repeats", type=int, default=5, help="each method's time is the fastest of this many runs")
-    ap.add_argument("--quick", action="store_true", help="100,000 battles, 32 models, 20 rounds")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per method and log; a time is their median")
+    ap.add_argument("--big", type=int, default=1000, help="models of the extra large rows (0: none)")
+    ap.add_argument("--big-battles", type=int, default=1_000_000, help="battles of the large rows")
+    ap.add_argument("--anchor-cap", type=float, default=120.0,
+                    help="seconds: on the large rows the anchor runs only if estimated to end within this")
+    ap.add_argument("--quick", action="store_true", help="32 models, 20,000 battles, 20 rounds, no large rows")
     args = ap.parse_args()
     if args.quick:
-        args.battles, args.models, args.rounds = 100_000, 32, 20
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    print(f"{args.battles:,} battles among {args.models} models, {args.rounds} bootstrap rounds, seeds {seeds}; "
-          f"the anchor's bootstrap on {args.workers} process(es); each time is the fastest of {args.repeats} runs")
-    print(f"{'log':>12}  {'ours s':>8}  {'lists s':>8}  {'anchor s':>9}  {'ratio':>6}  {'|ours-anchor|':>13}  "
-          f"{'|ours-MLE|':>10}  "
-          f"{'|anchor-MLE|':>12}  {'CI width ours/anchor':>20}")
+        args.models, args.battles, args.rounds, args.big = "32", "20000", 20, 0
+    models, sizes, seeds = ints(args.models), ints(args.battles), ints(args.seeds)
+    logs = [x.strip() for x in args.logs.split(",") if x.strip()]
+    if not models or not sizes or not seeds or not logs or any(x not in ("uniform", "skewed") for x in logs):
+        raise SystemExit("--models, --battles, --seeds: comma-separated numbers; --logs: uniform, skewed or both")
+    print(f"{args.rounds} bootstrap rounds; the anchor's bootstrap on {args.workers} process(es); "
+          f"times in seconds: median (min-max) of {args.repeats} runs, ours and the anchor taking turns")
+    print(f"{'log':>24}  {'ours s':>21}  {'anchor s':>21}  {'ratio':>6}  {'ours-MLE':>8}  {'anch-MLE':>8}  "
+          "CI width ours / anchor")
     warm = simulate(1000, 4, 0, False)  # warm-up: imports (pandas, numpy's linalg, scipy) are not timed
     rate(warm["model_a"], warm["model_b"], warm["winner"], RatingOptions(rounds=2))
     anchor(warm, 2, 0, 1)
-    results = []
+    cells: list[tuple[str, dict]] = []
     for seed in seeds:
-        for skewed in (False, True):
-            r = compare(args.battles, args.models, args.rounds, seed, skewed, args.workers, args.repeats)
-            results.append(r)
-            name = f"{'skewed' if skewed else 'uniform'}-{seed}"
-            print(f"{name:>12}  {r['ours_s']:8.3f}  {r['lists_s']:8.3f}  {r['anchor_s']:9.2f}  {r['ratio']:6.1f}  {r['diff']:13.4f}  "
-                  f"{r['ours_err']:10.4f}  {r['anchor_err']:12.4f}  {r['width_ours']:9.2f} / {r['width_anchor']:.2f}")
-    ratios = [r["ratio"] for r in results]
-    print(f"ratios: min {min(ratios):.1f}, median {statistics.median(ratios):.1f}, max {max(ratios):.1f}; largest "
-          f"point difference {max(r['diff'] for r in results):.4f} Elo from the anchor, "
-          f"{max(r['ours_err'] for r in results):.4f} from the exact MLE (the anchor's own: "
-          f"{max(r['anchor_err'] for r in results):.4f}; ratings are rounded to 0.01); ours on Python lists "
-          f"instead of the DataFrame's columns: median ratio {statistics.median(r['lists_ratio'] for r in results):.1f}")
-    print(f"ratio: {statistics.median(ratios):.1f}")
+        for k in models:
+            for n in sizes:
+                for log in logs:
+                    name = f"{k} models {n:,} {log}-{seed}"
+                    r = compare(n, k, args.rounds, seed, log == "skewed", args.workers, args.repeats)
+                    cells.append((name, r))
+                    print(row(name, r), flush=True)
+    if args.big:
+        for log in logs:
+            name = f"{args.big} models {args.big_battles:,} {log}-{seeds[0]}"
+            r = compare(args.big_battles, args.big, args.rounds, seeds[0], log == "skewed", args.workers, 1,
+                        anchor_cap=args.anchor_cap)
+            print(row(name, r), flush=True)
+    ratios = [(r["ratio"], name) for name, r in cells]
+    low = min(ratios)
+    errs = [r["ours_err"] for _, r in cells if r["ours_err"] is not None]
+    anchor_errs = [r["anchor_err"] for _, r in cells if r["anchor_err"] is not None]
+    met = sum(x >= 20 for x, _ in ratios)
+    print(f"ratios over {len(ratios)} cells: min {low[0]:.1f} ({low[1]}), median "
+          f"{statistics.median(x for x, _ in ratios):.1f}, max {max(ratios)[0]:.1f}; 20x on {met} of {len(ratios)}; "
+          f"ours within {max(errs, default=float('nan')):.4f} Elo of the exact MLE where it exists (the anchor: "
+          f"{max(anchor_errs, default=float('nan')):.4f}; ratings are rounded to 0.01)")
+    print(f"ratio: {statistics.median(x for x, _ in ratios):.1f}")
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def test_same_report_from_dataframe_columns_swapped_sides_and_any_core_count(mon
 
     import pandas as pd
 
-    from flywheel.maths import ratings
+    from flywheel.maths import bootstrap
 
     a, b, w = simulate({"x": 1200, "y": 1100, "z": 1000, "u": 950}, 5000, seed=2)
     base = rate(a, b, w, RatingOptions(rounds=40, seed=3))
@@ -218,7 +218,7 @@ def test_same_report_from_dataframe_columns_swapped_sides_and_any_core_count(mon
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert rate(a, b, w, RatingOptions(rounds=40, seed=3)) == base
-    assert ratings.BOOT_CHUNKS > 1
+    assert bootstrap.BOOT_CHUNKS > 1
 
 
 def test_a_missing_name_or_winner_names_its_row_and_lengths_must_agree():

@@ -16,16 +16,14 @@ from typing import Protocol
 import numpy as np
 
 from flywheel.ground.records import JudgedBattle
+from flywheel.maths.bootstrap import bootstrap, fit_log
 from flywheel.maths.ratings import (
     OUTCOME,
     Rating,
     RatingReport,
-    bootstrap,
     cell_counts,
     center,
     encode,
-    fit_bt,
-    groups,
     points_matrix,
     results,
     to_elo,
@@ -98,19 +96,16 @@ def rate(
     models, a, b, y = encode(model_a, model_b, winner, fold_names)
     k = len(models)
     cells, counts = cell_counts(k, a, b, y)
-    w = points_matrix(k, cells, counts)
-    n = w + w.T
-    label = groups(n)
     anchor_ix = None
     if anchor is not None:
         if anchor[0] not in models:
             raise ValueError(f"anchor model {anchor[0]!r} has no battles in this log")
         anchor_ix = (models.index(anchor[0]), (anchor[1] - init) * math.log(base) / scale)
-    theta = fit_bt(w, o.prior)
-    point = to_elo(center(theta, label, anchor_ix), scale, base, init)
+    fit = fit_log(k, cells, counts, o.prior)
+    label = fit.label
+    point = to_elo(center(fit.theta, label, anchor_ix), scale, base, init)
     if rounds > 0:
-        boots = to_elo(center(bootstrap(k, cells, counts, rounds, o.seed, o.prior, start=theta), label, anchor_ix),
-                       scale, base, init)
+        boots = to_elo(center(bootstrap(fit, counts, rounds, o.seed, o.prior), label, anchor_ix), scale, base, init)
         lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
         upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
     else:
@@ -133,9 +128,12 @@ def rate(
             battles=int(battles[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
             group=int(label[i]) + 1, note=note,
         ))
+    w = points_matrix(k, cells, counts)
+    n = w + w.T
     with np.errstate(invalid="ignore", divide="ignore"):
-        rate_m = np.where(n > 0, w / np.where(n > 0, n, 1), np.nan)
-    win_rate = [[None if math.isnan(x) else round(float(x), 4) for x in row] for row in rate_m]
+        rate_m = np.round(w / np.where(n > 0, n, 1), 4).tolist()
+    met = (n > 0).tolist()
+    win_rate = [[x if m else None for x, m in zip(row, seen)] for row, seen in zip(rate_m, met)]
     order = sorted(rows, key=lambda r: (r.group, -r.rating, r.model))
     return RatingReport(order, models, win_rate, n.astype(int).tolist(), warnings)
 

@@ -1,8 +1,8 @@
 """Bradley-Terry ratings on the Elo scale, with bootstrap confidence intervals.
 
 Layered like the classic arena code (preprocess -> fit -> compute -> bootstrap), but the battle
-log is aggregated once into cell counts, so the fit and every bootstrap round cost O(K^2)
-whatever the number of battles, and bootstrap rounds are fitted many at a time (batched Newton):
+log is aggregated once into cell counts, so the fit and every bootstrap round cost what the pairs
+that met cost, whatever the number of battles:
 
 - ``canonical_names``: model names, checked for spellings that differ only by case or spaces.
 - ``encode``: battle columns (lists, arrays, pandas columns) -> model index arrays and outcomes
@@ -11,11 +11,13 @@ whatever the number of battles, and bootstrap rounds are fitted many at a time (
   B vs A (verdict flipped) are one cell.
 - ``points_matrix``: cells -> ``W[..., i, j]``, the points model i scored against model j
   (a tie gives half a point to each side, as Chatbot Arena counts it).
-- ``fit_bt``: maximum likelihood log-strengths for one or many ``W`` at once (batched Newton).
-- ``bootstrap``: resampling battles with replacement is a multinomial draw over the cells; the
-  rounds are drawn and fitted in seeded chunks on threads, warm-started from the point fit.
-- ``leaderboard.rate`` (the next module): all of the above -> a ``RatingReport`` (typed rows,
-  matrices, warnings).
+- ``fit_bt``: maximum likelihood log-strengths for one or many dense ``W`` at once (batched
+  Newton, O(K^3) a step): the reference the scalable fits are tested against, and small designs
+  (``active_eval``).
+- ``pairs``, ``bt_fit``, ``resample``, ``bootstrap`` (modules beside this one): the same fit over
+  the list of pairs that met, and the bootstrap: resampling battles with replacement is a
+  multinomial draw over the cells, drawn and refitted in seeded chunks on threads.
+- ``leaderboard.rate``: all of the above -> a ``RatingReport`` (typed rows, matrices, warnings).
 
 Scale: ``rating = init + scale * log_base(strength)``; base 10, scale 400, init 1000 by default.
 Within each connected group of models the mean rating is ``init``, unless an anchor pins one
@@ -122,24 +124,46 @@ def _factorize(values, what: str) -> tuple[np.ndarray, list]:
     return codes.astype(np.int64, copy=False), list(uniques)
 
 
+def _scores(winner, what: str = "winner") -> np.ndarray:
+    """int8[N]: model A's points doubled (2 = A won, 1 = tie, 0 = B won) of a winner column. An
+    arrow-backed column is looked up in C (``pyarrow.compute.index_in``); anything else, or a column
+    with a value that is missing or unknown, goes through ``_factorize`` (which names the problem)."""
+    table = np.array([round(2 * v) for v in OUTCOME.values()], dtype=np.int8)
+    if getattr(winner, "dtype", object) != object and "pyarrow" in str(getattr(winner, "dtype", "")).lower() + type(
+            getattr(winner, "array", winner)).__name__.lower():
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        found = pc.index_in(pa.array(getattr(winner, "array", winner)), value_set=pa.array(list(OUTCOME)))
+        if found.null_count == 0:
+            return table[found.to_numpy(zero_copy_only=False)]
+    codes, values = _factorize(winner, what)
+    unknown = [w for w in values if w not in OUTCOME]
+    if unknown:
+        raise ValueError(f"unknown winner {unknown[0]!r}; expected one of {list(OUTCOME)}")
+    return np.array([table[list(OUTCOME).index(w)] for w in values], dtype=np.int8)[codes]
+
+
 def encode(
     model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], fold_names: bool = False
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Battle columns -> (models, a_idx int64[N], b_idx int64[N], outcome float64[N]).
+    """Battle columns -> (models, a_idx int32[N], b_idx int32[N], score int8[N]): the models' indices
+    in ``models`` and model A's points doubled (2 = A won, 1 = tie, 0 = B won).
 
     Each column is factorized in C, so only its distinct spellings are handled in Python."""
     columns = {"model_a": model_a, "model_b": model_b, "winner": winner}
     if len({len(c) for c in columns.values()}) > 1:
         raise ValueError("columns differ in length: " + ", ".join(f"{k} {len(c)}" for k, c in columns.items()))
+    jobs = {"model_a": _factorize, "model_b": _factorize, "winner": _scores}
     if all(getattr(c, "dtype", object) != object for c in columns.values()):
-        # Arrow-backed columns (pandas' default strings) are factorized without the GIL: in parallel.
+        # Arrow-backed columns (pandas' default strings) are handled without the GIL: in parallel.
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(3) as pool:
-            done = dict(zip(columns, pool.map(_factorize, columns.values(), columns)))
+            done = dict(zip(columns, pool.map(lambda name: jobs[name](columns[name], name), columns)))
     else:
-        done = {name: _factorize(col, name) for name, col in columns.items()}
-    (codes_a, spell_a), (codes_b, spell_b), (w_codes, w_values) = done.values()
+        done = {name: jobs[name](col, name) for name, col in columns.items()}
+    (codes_a, spell_a), (codes_b, spell_b), score = done["model_a"], done["model_b"], done["winner"]
     spellings = list(dict.fromkeys(spell_a + spell_b))
     if fold_names:
         count = dict.fromkeys(spellings, 0)
@@ -151,15 +175,12 @@ def encode(
         canon = canonical_names(spellings)  # only distinct spellings are checked
     models = sorted(set(canon.values()))
     index = {m: i for i, m in enumerate(models)}
-    a = np.array([index[canon[n]] for n in spell_a], dtype=np.int64)[codes_a]
-    b = np.array([index[canon[n]] for n in spell_b], dtype=np.int64)[codes_b]
-    unknown = [w for w in w_values if w not in OUTCOME]
-    if unknown:
-        raise ValueError(f"unknown winner {unknown[0]!r}; expected one of {list(OUTCOME)}")
-    y = np.array([OUTCOME[w] for w in w_values], dtype=np.float64)[w_codes] if len(w_values) else np.zeros(0)
-    if np.any(a == b):
-        raise ValueError(f"a model cannot battle itself ({models[int(a[np.argmax(a == b)])]!r})")
-    return models, a, b, y
+    a = np.array([index[canon[n]] for n in spell_a], dtype=np.int32)[codes_a]
+    b = np.array([index[canon[n]] for n in spell_b], dtype=np.int32)[codes_b]
+    same = a == b
+    if same.any():
+        raise ValueError(f"a model cannot battle itself ({models[int(a[np.argmax(same)])]!r})")
+    return models, a, b, score
 
 
 def _fold_by_count(spellings: list[str], counts: np.ndarray) -> dict[str, str]:
@@ -175,8 +196,9 @@ def _fold_by_count(spellings: list[str], counts: np.ndarray) -> dict[str, str]:
     return out
 
 
-def cell_counts(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct cells ``(i * k + j) * 3 + outcome_code`` (int64[M]) and their counts (int64[M]).
+def cell_counts(k: int, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct cells ``(i * k + j) * 3 + outcome_code`` (int64[M]) and their counts (int64[M]), of
+    battles ``a`` vs ``b`` (model indices) with A's points doubled ``score`` (``encode``).
 
     A battle is stored with its lower model index first (i < j; code 2 = i won, 1 = tie, 0 = j
     won), so B vs A and A vs B share a cell: the points matrix, and a multinomial resample of it
@@ -184,9 +206,15 @@ def cell_counts(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[np
     size = k * k * 3
     dtype = np.int32 if size < 2**31 else np.int64  # half the memory traffic of int64 where it fits
     a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
-    code = np.rint(y * 2).astype(dtype)
-    code = np.where(a > b, 2 - code, code)
-    key = (np.minimum(a, b) * k + np.maximum(a, b)) * 3 + code
+    key = np.minimum(a, b) * dtype(3 * k - 3)  # (low * k + high) * 3 = low * (3k - 3) + (a + b) * 3
+    both = a + b
+    both *= 3
+    key += both
+    score = np.asarray(score, dtype=np.int8)
+    code = np.int8(2) - score - score  # where B is the lower index, the verdict seen from its side:
+    code *= (a > b).view(np.int8)  # 2 - score there, score elsewhere
+    code += score
+    key += code
     if size <= max(4 * len(key), 1 << 16):  # dense: one pass, no sort
         counts = np.bincount(key, minlength=size)
         cells = np.flatnonzero(counts)
@@ -338,39 +366,6 @@ def to_elo(theta: np.ndarray, scale: float = 400.0, base: float = 10.0, init: fl
     return init + scale * theta / math.log(base)
 
 
-BOOT_CHUNKS = 8  # bootstrap rounds are drawn and fitted in this many seeded chunks, on threads
-
-
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity where the OS tells it)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-def bootstrap(
-    k: int, cells: np.ndarray, counts: np.ndarray, rounds: int, seed: int, prior: float | None = None,
-    start: np.ndarray | None = None,
-) -> np.ndarray:
-    """Log-strengths of ``rounds`` bootstrap resamples of the battles, float64[rounds, K].
-
-    Drawing N battles with replacement from the log is a multinomial draw over its cells. The
-    rounds are split into ``BOOT_CHUNKS`` chunks with their own seeds (spawned from ``seed``),
-    drawn and fitted on a thread per core (numpy releases the GIL there); the result does not
-    depend on the number of cores."""
-    if rounds <= 0:
-        return np.zeros((0, k))
-    total = int(counts.sum())
-    pvals = counts / total
-    sizes = [len(c) for c in np.array_split(np.arange(rounds), min(rounds, BOOT_CHUNKS))]
-    seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-
-    def chunk(i: int) -> np.ndarray:
-        draws = np.random.default_rng(seeds[i]).multinomial(total, pvals, size=sizes[i])
-        return fit_bt(points_matrix(k, cells, draws), prior=prior, start=start)
-
-    workers = min(len(sizes), usable_cpus())
-    if workers <= 1:
-        return np.concatenate([chunk(i) for i in range(len(sizes))])
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(workers) as pool:
-        return np.concatenate(list(pool.map(chunk, range(len(sizes)))))
