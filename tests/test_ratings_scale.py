@@ -176,3 +176,11 @@ def test_a_thousand_models_that_each_met_a_few_others_are_rated_fast_and_exactly
 def to_elo_by_name(theta, label):
     elo = 1000 + ELO * center(theta, label)
     return {str(i): float(x) for i, x in enumerate(elo)}
+
+
+def test_the_classic_fit_without_a_prior_stays_finite_where_the_mle_does_not_exist():
+    chain = (["a", "b", "c"], ["b", "c", "d"], ["model_a", "model_a", "tie"])  # a > b > c = d: no MLE
+    for log in (chain, (["a"] * 3, ["b"] * 3, ["model_a"] * 3)):
+        report = rate(*log, RatingOptions(rounds=20, prior=0))  # meaningless ratings, but no error and no inf
+        assert all(math.isfinite(x) for r in report.ratings for x in (r.rating, r.lower, r.upper))
+        assert report.ratings[0].model == "a"

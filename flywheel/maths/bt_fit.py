@@ -89,10 +89,15 @@ def fit_point(pairs: Pairs, n: np.ndarray, w: np.ndarray, prior: float, label: n
 
 
 def _hessian(pairs: Pairs, h: np.ndarray, theta: np.ndarray, prior: float, gauge: np.ndarray | None) -> np.ndarray:
+    """The negated Hessian, with the gauge, and a ridge of 1e-10 of its mean diagonal: where a fit
+    without a prior runs off (no MLE), pairs won with certainty weigh nothing and would leave it
+    singular. A ridge changes the steps, not the point they converge to."""
     s = _sigmoid(theta)
     hess = pairs.hessian(h, prior * s * (1 - s))
+    scale = hess.diagonal().mean()
     if gauge is not None:
-        hess += gauge * hess.diagonal().mean()
+        hess += gauge * scale
+    hess[np.diag_indices(pairs.k)] += 1e-10 * scale + 1e-300
     return hess
 
 
