@@ -20,14 +20,15 @@ what ``pd.read_json`` or ``pd.read_parquet`` give a user today. The two methods 
 The grid: ``--models`` x ``--battles`` x ``--logs`` per seed: ``uniform`` (every model plays
 about as often) and ``skewed`` (pair popularity Zipf-like, as on a real arena, where some pairs
 meet thousands of times and others a handful). Then ``--big`` models (1,000; 0: none) on
-``--big-battles``, ours timed once; the anchor there only if one of its fits, times (1 + rounds /
-workers), says it would end within ``--anchor-cap`` seconds.
+``--big-battles``, each method timed once, the anchor stopped after ``--anchor-cap`` seconds.
 
     python -m benchmarks.ratings                                   # the whole grid, seed 0, 3 repeats, and 1,000 models
     python -m benchmarks.ratings --models 64,128 --battles 100000 --big 0
     python -m benchmarks.ratings --quick                           # 32 models, 20,000 battles, 20 rounds
 
-Prints per log the times, the ratio (the anchor's median / ours), each method's largest distance
+Prints per log the times, the ratio (the anchor's median / ours), the same ratio of CPU seconds
+(``cpu``: every thread, and the anchor's pool processes; less swayed than wall time by other work
+on a shared machine), each method's largest distance
 (Elo) from the exact maximum-likelihood fit (Newton's method on the anchor's loss to machine
 precision, not timed; "no MLE" where it does not exist), and the mean 95% CI width of each; then
 the ratios' minimum over the grid's cells, and ends with ``ratio: X``, their median.
@@ -164,31 +165,29 @@ def spread(times: list[float]) -> tuple[float, float, float]:
 
 def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, repeats: int,
             anchor_cap: float | None = None) -> dict:
-    """Time ours and the anchor on one log, taking turns; with ``anchor_cap``, the anchor runs only if
-    its estimated time is under the cap."""
+    """Time ours and the anchor on one log, taking turns; with ``anchor_cap`` (seconds), a run of the
+    anchor that takes longer is stopped, and it is not timed again."""
     battles = simulate(n, k, seed, skewed)
     columns = [battles[c] for c in ("model_a", "model_b", "winner")]
     options = RatingOptions(rounds=rounds, seed=seed)
-    run_anchor, estimate = True, None
-    if anchor_cap is not None:
-        t0 = time.perf_counter()
-        matchups, outcomes, models, weights = anchor_preprocess(battles)
-        anchor_fit(matchups, outcomes, weights, len(models), math.log(10))
-        one = time.perf_counter() - t0
-        estimate = one * (1 + rounds / workers)
-        run_anchor = estimate <= anchor_cap
-    ours_t, anchor_t, report, got = [], [], None, None
+    ours_t, anchor_t, ours_cpu, anchor_cpu, report, got, capped = [], [], [], [], None, None, False
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         report = rate(*columns, options)
         ours_t.append(time.perf_counter() - t0)
-        if run_anchor:
-            t0 = time.perf_counter()
-            got = anchor(battles, rounds, seed, workers)
+        ours_cpu.append(cpu_seconds() - c0)
+        if not capped:
+            t0, c0 = time.perf_counter(), cpu_seconds()
+            got = anchor(battles, rounds, seed, workers) if anchor_cap is None else within(
+                anchor_cap, anchor, battles, rounds, seed, workers)
+            capped = got is None
             anchor_t.append(time.perf_counter() - t0)
+            anchor_cpu.append(cpu_seconds() - c0)
+    if capped:
+        anchor_t = []
     exact = exact_mle(battles)
     ours = {r.model: r.rating for r in report.ratings}
-    out = {"ours": spread(ours_t), "anchor": spread(anchor_t) if anchor_t else None, "estimate": estimate,
+    out = {"ours": spread(ours_t), "anchor": spread(anchor_t) if anchor_t else None, "cap": anchor_cap,
            "ours_err": None, "anchor_err": None,
            "width_ours": float(np.mean([r.upper - r.lower for r in report.ratings])), "width_anchor": None}
     if exact is not None:
@@ -199,14 +198,47 @@ def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, 
         if exact is not None:
             out["anchor_err"] = max(abs(point[i] - exact[m]) for i, m in enumerate(models))
         out["ratio"] = out["anchor"][0] / out["ours"][0]
+        out["cpu_ratio"] = statistics.median(anchor_cpu) / statistics.median(ours_cpu)
     return out
+
+
+def within(cap: float, fn, *args):
+    """``fn(*args)`` in a child process (with any processes it starts, in a process group of its own),
+    or None if it has not returned after ``cap`` seconds (the group is then killed)."""
+    import pickle
+    import signal
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+
+    def target():
+        os.setpgrp()
+        send.send_bytes(pickle.dumps(fn(*args)))
+
+    child = ctx.Process(target=target)
+    child.start()
+    if recv.poll(cap):
+        out = pickle.loads(recv.recv_bytes())
+        child.join()
+        return out
+    os.killpg(child.pid, signal.SIGKILL)
+    child.join()
+    return None
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process's threads and of its children that have ended (the anchor's pool)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def row(name: str, r: dict) -> str:
     t = lambda s: f"{s[0]:7.3f} ({s[1]:.3f}-{s[2]:.3f})" if s else f"{'-':>21}"  # noqa: E731
     e = lambda x: f"{x:8.4f}" if x is not None else f"{'no MLE':>8}"  # noqa: E731
-    anchor = t(r["anchor"]) if r["anchor"] else f"skipped: ~{r['estimate']:.0f} s".rjust(21)
-    ratio = f"{r['ratio']:6.1f}" if "ratio" in r else f"{'-':>6}"
+    anchor = t(r["anchor"]) if r["anchor"] else f"over {r['cap']:g} s".rjust(21)
+    ratio = f"{r['ratio']:6.1f}  {r['cpu_ratio']:6.1f}" if "ratio" in r else f"{'-':>6}  {'-':>6}"
     anchor_err = e(r["anchor_err"]) if r["anchor"] else f"{'-':>8}"
     width = f"{r['width_ours']:6.2f} / " + (f"{r['width_anchor']:.2f}" if r["width_anchor"] is not None else "-")
     return f"{name:>24}  {t(r['ours'])}  {anchor}  {ratio}  {e(r['ours_err'])}  {anchor_err}  {width}"
@@ -228,7 +260,7 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=1000, help="models of the extra large rows (0: none)")
     ap.add_argument("--big-battles", type=int, default=1_000_000, help="battles of the large rows")
     ap.add_argument("--anchor-cap", type=float, default=120.0,
-                    help="seconds: on the large rows the anchor runs only if estimated to end within this")
+                    help="seconds: on the large rows the anchor is stopped after this long")
     ap.add_argument("--quick", action="store_true", help="32 models, 20,000 battles, 20 rounds, no large rows")
     args = ap.parse_args()
     if args.quick:
@@ -239,7 +271,7 @@ def main() -> None:
         raise SystemExit("--models, --battles, --seeds: comma-separated numbers; --logs: uniform, skewed or both")
     print(f"{args.rounds} bootstrap rounds; the anchor's bootstrap on {args.workers} process(es); "
           f"times in seconds: median (min-max) of {args.repeats} runs, ours and the anchor taking turns")
-    print(f"{'log':>24}  {'ours s':>21}  {'anchor s':>21}  {'ratio':>6}  {'ours-MLE':>8}  {'anch-MLE':>8}  "
+    print(f"{'log':>24}  {'ours s':>21}  {'anchor s':>21}  {'ratio':>6}  {'cpu':>6}  {'ours-MLE':>8}  {'anch-MLE':>8}  "
           "CI width ours / anchor")
     warm = simulate(1000, 4, 0, False)  # warm-up: imports (pandas, numpy's linalg, scipy) are not timed
     rate(warm["model_a"], warm["model_b"], warm["winner"], RatingOptions(rounds=2))
@@ -264,8 +296,10 @@ def main() -> None:
     errs = [r["ours_err"] for _, r in cells if r["ours_err"] is not None]
     anchor_errs = [r["anchor_err"] for _, r in cells if r["anchor_err"] is not None]
     met = sum(x >= 20 for x, _ in ratios)
+    cpu = [r["cpu_ratio"] for _, r in cells]
     print(f"ratios over {len(ratios)} cells: min {low[0]:.1f} ({low[1]}), median "
           f"{statistics.median(x for x, _ in ratios):.1f}, max {max(ratios)[0]:.1f}; 20x on {met} of {len(ratios)}; "
+          f"CPU-time ratios: min {min(cpu):.1f}, median {statistics.median(cpu):.1f}; "
           f"ours within {max(errs, default=float('nan')):.4f} Elo of the exact MLE where it exists (the anchor: "
           f"{max(anchor_errs, default=float('nan')):.4f}; ratings are rounded to 0.01)")
     print(f"ratio: {statistics.median(x for x, _ in ratios):.1f}")
