@@ -217,11 +217,18 @@ def within(cap: float, fn, *args):
 
     child = ctx.Process(target=target)
     child.start()
+    try:
+        os.setpgid(child.pid, child.pid)  # as the child does: the group exists whichever runs first
+    except OSError:
+        pass
     if recv.poll(cap):
         out = pickle.loads(recv.recv_bytes())
         child.join()
         return out
-    os.killpg(child.pid, signal.SIGKILL)
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
     child.join()
     return None
 
