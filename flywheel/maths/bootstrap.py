@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from flywheel.maths.bt_fit import fit_point, preconditioner, refit
-from flywheel.maths.pairs import Pairs, Skeleton, components, mle_exists
+from flywheel.maths.pairs import PairOps, Pairs, Skeleton, components, mle_exists
 from flywheel.maths.ratings import PRIOR, usable_cpus
 from flywheel.maths.resample import Resampler
 
@@ -64,7 +64,8 @@ def bootstrap(point: PointFit, counts: np.ndarray, rounds: int, seed: int, prior
     resampler = Resampler(counts, pairs.slot, 3 * pairs.size)
     sizes = [len(c) for c in np.array_split(np.arange(rounds), min(rounds, BOOT_CHUNKS))]
     seeds = np.random.SeedSequence(seed).spawn(len(sizes))
-    batch = max(1, batch_pairs // max(pairs.size, 1))
+    batch = min(max(1, batch_pairs // max(pairs.size, 1)), max(sizes))
+    ops = PairOps(pairs, batch)  # read-only: shared by the threads
 
     def chunk(c: int) -> np.ndarray:
         rng = np.random.default_rng(seeds[c])
@@ -76,7 +77,7 @@ def bootstrap(point: PointFit, counts: np.ndarray, rounds: int, seed: int, prior
                 priors = np.where(mle_exists(pairs, n, w, point.skeleton), 0.0, PRIOR)
             else:
                 priors = np.full(len(n), float(prior))
-            out[first:first + len(n)] = refit(pairs, pre, point.theta, n, w, priors, point.prior)
+            out[first:first + len(n)] = refit(pairs, pre, point.theta, n, w, priors, point.prior, ops=ops)
         return out
 
     workers = min(len(sizes), usable_cpus())

@@ -129,12 +129,13 @@ def _times(minv: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def refit(pairs: Pairs, pre: Preconditioner, start: np.ndarray, n: np.ndarray, w: np.ndarray, prior: np.ndarray,
-          chord_prior: float, tol: float = 1e-5, max_iter: int = 100) -> np.ndarray:
+          chord_prior: float, tol: float = 1e-5, max_iter: int = 100, ops: PairOps | None = None) -> np.ndarray:
     """Log-strengths float64[R, K] of ``R`` fits (``n``, ``w``: float64[R, P]; ``prior``: float64[R])
     from ``start`` (float64[K]). Fits whose prior is ``chord_prior`` (the one ``pre`` was made
-    with) take chord steps first; the others, and those the chord is slow on, Newton steps."""
+    with) take chord steps first; the others, and those the chord is slow on, Newton steps.
+    ``ops``: the pairs' ``PairOps`` for at least R rows, made once for many calls (else here)."""
     theta = np.repeat(np.asarray(start, dtype=np.float64)[None], len(n), axis=0)
-    ops = PairOps(pairs, len(n))
+    ops = PairOps(pairs, len(n)) if ops is None else ops
     fits = _Fits(ops, pre, theta, n, np.asarray(prior, dtype=np.float64), ops.scatter(w), tol)
     slow = fits.chord(np.flatnonzero(prior == chord_prior))
     fits.newton(np.union1d(np.flatnonzero(prior != chord_prior), slow), max_iter)

@@ -80,23 +80,39 @@ class Pairs:
 
 class PairOps:
     """The likelihood's sums over the pairs for up to ``rows`` fits at once (arrays [r, P] and
-    [r, K] with r <= rows): flat indices are made once and their prefixes serve fewer rows."""
+    [r, K] with r <= rows): flat indices are made once and their prefixes serve fewer rows. A sum
+    over each model's pairs is a segment sum (``np.add.reduceat``) over the pairs in ``i`` order
+    (as they are stored) and over them in ``j`` order (one gather)."""
 
     def __init__(self, pairs: Pairs, rows: int):
-        self.pairs, self.k = pairs, pairs.k
-        off = np.arange(rows)[:, None] * pairs.k
-        self._i, self._j = (off + pairs.i).ravel(), (off + pairs.j).ravel()
+        self.pairs, self.k, self._rows = pairs, pairs.k, rows
+        size, k = pairs.size, pairs.k
+        off = np.arange(rows)[:, None]
+        self._i, self._j = (off * k + pairs.i).ravel(), (off * k + pairs.j).ravel()
+        by_j = np.argsort(pairs.j, kind="stable")
+        self._by_j = (off * size + by_j).ravel()
+        self._seg_i, self._to_i = self._segments(pairs.i, off, size, k)
+        self._seg_j, self._to_j = self._segments(pairs.j[by_j], off, size, k)
+
+    @staticmethod
+    def _segments(sorted_models: np.ndarray, off: np.ndarray, size: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(flat starts of each model's run in each row, the flat [r, K] place of each run's sum)."""
+        starts = np.flatnonzero(np.r_[True, sorted_models[1:] != sorted_models[:-1]])
+        return (off * size + starts).ravel(), (off * k + sorted_models[starts]).ravel()
 
     def scatter(self, x: np.ndarray, sign: float = -1.0) -> np.ndarray:
         """float64[r, K]: per model, the sum of ``x[r, q]`` over its pairs as ``i``, plus ``sign``
         times the sum over its pairs as ``j``."""
-        r, size = x.shape[0], x.size
+        r = x.shape[0]
         flat = x.ravel()
-        out = np.bincount(self._i[:size], flat, r * self.k)
+        out = np.zeros(r * self.k)
+        n_i, n_j = r * (len(self._seg_i) // self._rows), r * (len(self._seg_j) // self._rows)
+        out[self._to_i[:n_i]] = np.add.reduceat(flat, self._seg_i[:n_i])
+        by_j = np.add.reduceat(flat[self._by_j[:flat.size]], self._seg_j[:n_j])
         if sign < 0:
-            out -= np.bincount(self._j[:size], flat, r * self.k)
+            out[self._to_j[:n_j]] -= by_j
         else:
-            out += np.bincount(self._j[:size], flat, r * self.k)
+            out[self._to_j[:n_j]] += by_j
         return out.reshape(r, self.k)
 
     def _gather(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
