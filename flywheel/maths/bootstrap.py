@@ -8,7 +8,7 @@
 The rounds are split into ``BOOT_CHUNKS`` chunks with their own seeds (spawned from ``seed``), run
 on a thread per usable core; within a chunk, rounds are drawn one after another from the chunk's
 generator and fitted ``batch_pairs // P`` at a time (P: the pairs that met), so a worker's arrays
-stay small (``BATCH_PAIRS`` pair-rounds, about 0.5 MB an array) whatever the number of models. A
+stay small (``BATCH_PAIRS`` pair-rounds, 256 KB an array: in cache) whatever the number of models. A
 round's fit does not depend on the rounds beside it, so neither the number of cores nor the batch
 size changes the result. Workers call no BLAS (numpy's resampling, sums and ``einsum`` release the
 GIL), so threads never stack on BLAS threads.
@@ -26,7 +26,7 @@ from flywheel.maths.ratings import PRIOR, usable_cpus
 from flywheel.maths.resample import Resampler
 
 BOOT_CHUNKS = 8  # bootstrap rounds are drawn and fitted in this many seeded chunks, on threads
-BATCH_PAIRS = 1 << 16  # rounds fitted together hold about this many (round, pair) entries
+BATCH_PAIRS = 1 << 15  # rounds fitted together hold about this many (round, pair) entries
 
 
 @dataclass(frozen=True)
