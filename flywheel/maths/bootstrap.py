@@ -10,8 +10,8 @@ on a thread per usable core; within a chunk, rounds are drawn one after another 
 generator and fitted ``batch_pairs // P`` at a time (P: the pairs that met), so a worker's arrays
 stay small (``BATCH_PAIRS`` pair-rounds, 256 KB an array: in cache) whatever the number of models. A
 round's fit does not depend on the rounds beside it, so neither the number of cores nor the batch
-size changes the result. Workers call no BLAS (numpy's resampling, sums and ``einsum`` release the
-GIL), so threads never stack on BLAS threads.
+size changes the result. Meanwhile BLAS runs on one thread (``bt_fit.one_blas_thread``), so the
+threads never stack on BLAS threads; numpy's resampling, sums and BLAS release the GIL.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from flywheel.maths.bt_fit import fit_point, preconditioner, refit
+from flywheel.maths.bt_fit import fit_point, one_blas_thread, preconditioner, refit
 from flywheel.maths.pairs import PairOps, Pairs, Skeleton, components, mle_exists
 from flywheel.maths.ratings import PRIOR, usable_cpus
 from flywheel.maths.resample import Resampler
@@ -81,9 +81,10 @@ def bootstrap(point: PointFit, counts: np.ndarray, rounds: int, seed: int, prior
         return out
 
     workers = min(len(sizes), usable_cpus())
-    if workers <= 1:
-        return np.concatenate([chunk(c) for c in range(len(sizes))])
-    from concurrent.futures import ThreadPoolExecutor
+    with one_blas_thread():  # a thread per core, each on one BLAS thread
+        if workers <= 1:
+            return np.concatenate([chunk(c) for c in range(len(sizes))])
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(workers) as pool:
-        return np.concatenate(list(pool.map(chunk, range(len(sizes)))))
+        with ThreadPoolExecutor(workers) as pool:
+            return np.concatenate(list(pool.map(chunk, range(len(sizes)))))

@@ -13,8 +13,8 @@ bootstrap rounds, with the costs that let them scale to thousands of models.
   solved by conjugate gradients preconditioned by the same inverse (Hessian-vector products in
   O(P)). Newton stops after a step no larger than ``tol``; the chord, also where its steps' geometric
   decay puts what is left below ``tol``. Each round stops on its own, so a round's
-  result does not depend on which rounds are fitted beside it. ``refit`` calls no BLAS (the
-  products with the inverse are ``einsum``), so rounds fit on threads side by side.
+  result does not depend on which rounds are fitted beside it. ``refit``'s only BLAS call is the
+  product with the inverse; ``bootstrap`` runs rounds on threads with BLAS held to one thread.
 """
 
 from __future__ import annotations
@@ -124,8 +124,9 @@ class Preconditioner:
 
 
 def _times(minv: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``x @ minv`` (``minv`` symmetric), row by row, without BLAS."""
-    return np.einsum("rk,kl->rl", x, minv, optimize=False)
+    """``x @ minv`` (``minv`` symmetric), one row at a time, so that a row's result does not depend on
+    the rows beside it (a BLAS matrix product sums in an order that depends on its shape)."""
+    return np.matmul(x[:, None, :], minv)[:, 0, :]
 
 
 def refit(pairs: Pairs, pre: Preconditioner, start: np.ndarray, n: np.ndarray, w: np.ndarray, prior: np.ndarray,

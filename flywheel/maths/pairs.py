@@ -13,7 +13,7 @@ first axis:
   condition (within each group every model reaches every other through points scored), checked
   along the pairs in O(P) rather than by a K x K transitive closure.
 
-Nothing here calls BLAS: bootstrap threads run it side by side without oversubscribing the cores.
+Nothing here calls BLAS, and the sums release the GIL: bootstrap threads run side by side.
 """
 
 from __future__ import annotations
@@ -88,8 +88,7 @@ class PairOps:
         self.pairs, self.k, self._rows = pairs, pairs.k, rows
         size, k = pairs.size, pairs.k
         off = np.arange(rows)[:, None]
-        self._runs_i = np.bincount(pairs.i, minlength=k)
-        self._j = (off * k + pairs.j).ravel()
+        self._i, self._j = (off * k + pairs.i).ravel(), (off * k + pairs.j).ravel()
         by_j = np.argsort(pairs.j, kind="stable")
         self._by_j = (off * size + by_j).ravel()
         self._seg_i, self._to_i = self._segments(pairs.i, off, size, k)
@@ -117,10 +116,10 @@ class PairOps:
         return out.reshape(r, self.k)
 
     def _gather(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(``v[r, i[q]]``, ``v[r, j[q]]``), float64[r, P] each; the pairs are in ``i`` order, so the
-        first is a repeat."""
-        size = v.shape[0] * self.pairs.size
-        return np.repeat(v, self._runs_i, axis=1), v.ravel()[self._j[:size]].reshape(v.shape[0], -1)
+        """(``v[r, i[q]]``, ``v[r, j[q]]``), float64[r, P] each (fancy indexing, which releases the GIL,
+        where ``np.repeat`` would not)."""
+        size, flat = v.shape[0] * self.pairs.size, v.ravel()
+        return flat[self._i[:size]].reshape(v.shape[0], -1), flat[self._j[:size]].reshape(v.shape[0], -1)
 
     def probs(self, theta: np.ndarray) -> np.ndarray:
         """P(i beats j), float64[r, P]: ``e_i / (e_i + e_j)`` with ``e = exp(theta - max)``, K

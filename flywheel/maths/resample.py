@@ -52,9 +52,19 @@ class Resampler:
             x += np.bincount(self.small_battles[picks], minlength=self.size)
         extra = int(x.sum()) - self.total
         if extra > 0:
-            gone = rng.choice(self.total + extra, extra, replace=False)
+            gone = _distinct(rng, self.total + extra, extra)
             x -= np.bincount(np.searchsorted(np.cumsum(x), gone, side="right"), minlength=self.size)
         elif extra < 0:
             more = rng.integers(0, self.total, -extra)
             x += np.bincount(np.searchsorted(self.cumulative, more, side="right"), minlength=self.size)
         return x
+
+
+def _distinct(rng: np.random.Generator, population: int, size: int) -> np.ndarray:
+    """``size`` distinct integers below ``population``, every such set equally likely: uniform draws,
+    duplicates dropped and drawn again (the law of the set is invariant under any permutation of the
+    population, hence uniform). Unlike ``Generator.choice(..., replace=False)``, it releases the GIL."""
+    chosen = np.unique(rng.integers(0, population, size))
+    while len(chosen) < size:
+        chosen = np.unique(np.concatenate([chosen, rng.integers(0, population, size - len(chosen))]))
+    return chosen
