@@ -184,3 +184,21 @@ def test_the_classic_fit_without_a_prior_stays_finite_where_the_mle_does_not_exi
         report = rate(*log, RatingOptions(rounds=20, prior=0))  # meaningless ratings, but no error and no inf
         assert all(math.isfinite(x) for r in report.ratings for x in (r.rating, r.lower, r.upper))
         assert report.ratings[0].model == "a"
+
+
+def test_arrow_backed_columns_give_the_same_report_and_the_same_errors_as_lists():
+    import pandas as pd
+
+    a, b, score = battles(12, 3000, 10)
+    names = np.array([f"m{i}" for i in range(12)], dtype=object)
+    log = {"model_a": names[a], "model_b": names[b], "winner": np.array(["model_b", "tie", "model_a"])[score]}
+    df = pd.DataFrame(log).astype("string[pyarrow]")
+    options = RatingOptions(rounds=20)
+    assert rate(df["model_a"], df["model_b"], df["winner"], options) == rate(*(list(v) for v in log.values()), options)
+    bad = df.copy()
+    bad.loc[5, "winner"] = "draw"
+    with pytest.raises(ValueError, match="unknown winner 'draw'"):
+        rate(bad["model_a"], bad["model_b"], bad["winner"], options)
+    bad.loc[5, "winner"] = None
+    with pytest.raises(ValueError, match="row 6: winner is missing"):
+        rate(bad["model_a"], bad["model_b"], bad["winner"], options)

@@ -129,12 +129,12 @@ def _scores(winner, what: str = "winner") -> np.ndarray:
     arrow-backed column is looked up in C (``pyarrow.compute.index_in``); anything else, or a column
     with a value that is missing or unknown, goes through ``_factorize`` (which names the problem)."""
     table = np.array([round(2 * v) for v in OUTCOME.values()], dtype=np.int8)
-    if getattr(winner, "dtype", object) != object and "pyarrow" in str(getattr(winner, "dtype", "")).lower() + type(
-            getattr(winner, "array", winner)).__name__.lower():
+    column = getattr(winner, "array", winner)
+    if "arrow" in type(column).__name__.lower():  # pandas' ArrowStringArray, ArrowExtensionArray
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        found = pc.index_in(pa.array(getattr(winner, "array", winner)), value_set=pa.array(list(OUTCOME)))
+        found = pc.index_in(pa.array(column), value_set=pa.array(list(OUTCOME)))
         if found.null_count == 0:
             return table[found.to_numpy(zero_copy_only=False)]
     codes, values = _factorize(winner, what)
