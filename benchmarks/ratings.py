@@ -129,9 +129,9 @@ def exact_mle(battles: pd.DataFrame) -> dict[str, float] | None:
     """Elo of the exact maximum-likelihood fit (mean 1000), by Newton's method on the anchor's rows
     until a step below 1e-12; None where it does not exist (or the log is not connected)."""
     from flywheel.maths.pairs import Pairs, components, mle_exists
-    from flywheel.maths.ratings import cell_counts, encode
+    from flywheel.maths.ratings import cell_counts, encode_scores
 
-    models, a, b, score = encode(battles["model_a"], battles["model_b"], battles["winner"])
+    models, a, b, score = encode_scores(battles["model_a"], battles["model_b"], battles["winner"])
     k = len(models)
     cells, counts = cell_counts(k, a, b, score)
     pairs = Pairs.of(k, cells)
@@ -158,6 +158,18 @@ def exact_mle(battles: pd.DataFrame) -> dict[str, float] | None:
 
 
 # -- one log --------------------------------------------------------------------------------------
+def best_of(repeats: int, fn, *args, **kw):
+    """(the result of the first call, the fastest of ``repeats`` calls in seconds); ``benchmarks.readers``
+    times with it."""
+    out, times = None, []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        got = fn(*args, **kw)
+        times.append(time.perf_counter() - t0)
+        out = got if i == 0 else out
+    return out, min(times)
+
+
 def spread(times: list[float]) -> tuple[float, float, float]:
     """(median, min, max) of the run times."""
     return statistics.median(times), min(times), max(times)

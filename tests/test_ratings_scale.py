@@ -202,3 +202,15 @@ def test_arrow_backed_columns_give_the_same_report_and_the_same_errors_as_lists(
     bad.loc[5, "winner"] = None
     with pytest.raises(ValueError, match="row 6: winner is missing"):
         rate(bad["model_a"], bad["model_b"], bad["winner"], options)
+
+
+def test_encode_keeps_its_outcomes_and_cell_counts_reads_them_or_scores_alike():
+    from flywheel.maths.ratings import encode, encode_scores
+
+    log = (["x", "y", "y", "z"], ["y", "x", "z", "x"], ["model_a", "tie", "model_b", "tie (bothbad)"])
+    models, a, b, y = encode(*log)
+    assert models == ["x", "y", "z"] and a.dtype == b.dtype == np.int64 and y.tolist() == [1.0, 0.5, 0.0, 0.5]
+    _, a8, b8, score = encode_scores(*log)
+    assert score.dtype == np.int8 and score.tolist() == [2, 1, 0, 1] and a8.tolist() == a.tolist()
+    for got, want in zip(cell_counts(3, a, b, y), cell_counts(3, a8, b8, score)):
+        assert got.tolist() == want.tolist()

@@ -23,7 +23,7 @@ from flywheel.maths.ratings import (
     RatingReport,
     cell_counts,
     center,
-    encode,
+    encode_scores,
     points_matrix,
     results,
     to_elo,
@@ -93,7 +93,7 @@ def rate(
     rounds, ci, scale, base, init, anchor = o.rounds, o.ci, o.scale, o.base, o.init, o.anchor
     if len(model_a) == 0:
         return RatingReport([], [], [], [], ["no battles to rate"])
-    models, a, b, y = encode(model_a, model_b, winner, fold_names)
+    models, a, b, y = encode_scores(model_a, model_b, winner, fold_names)
     k = len(models)
     cells, counts = cell_counts(k, a, b, y)
     anchor_ix = None

@@ -147,8 +147,18 @@ def _scores(winner, what: str = "winner") -> np.ndarray:
 def encode(
     model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], fold_names: bool = False
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Battle columns -> (models, a_idx int64[N], b_idx int64[N], outcome float64[N]) (outcome: model
+    A's points, 1 = A won, 0 = B won, 0.5 = tie). See ``encode_scores``."""
+    models, a, b, score = encode_scores(model_a, model_b, winner, fold_names)
+    return models, a.astype(np.int64), b.astype(np.int64), score / 2.0
+
+
+def encode_scores(
+    model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], fold_names: bool = False
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Battle columns -> (models, a_idx int32[N], b_idx int32[N], score int8[N]): the models' indices
-    in ``models`` and model A's points doubled (2 = A won, 1 = tie, 0 = B won).
+    in ``models`` and model A's points doubled (2 = A won, 1 = tie, 0 = B won): ``encode`` in the
+    narrow types ``cell_counts`` reads fastest.
 
     Each column is factorized in C, so only its distinct spellings are handled in Python."""
     columns = {"model_a": model_a, "model_b": model_b, "winner": winner}
@@ -196,9 +206,10 @@ def _fold_by_count(spellings: list[str], counts: np.ndarray) -> dict[str, str]:
     return out
 
 
-def cell_counts(k: int, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cell_counts(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct cells ``(i * k + j) * 3 + outcome_code`` (int64[M]) and their counts (int64[M]), of
-    battles ``a`` vs ``b`` (model indices) with A's points doubled ``score`` (``encode``).
+    battles ``a`` vs ``b`` (model indices) with outcomes ``y``: A's points (float, ``encode``) or
+    A's points doubled (int8, ``encode_scores``).
 
     A battle is stored with its lower model index first (i < j; code 2 = i won, 1 = tie, 0 = j
     won), so B vs A and A vs B share a cell: the points matrix, and a multinomial resample of it
@@ -210,7 +221,8 @@ def cell_counts(k: int, a: np.ndarray, b: np.ndarray, score: np.ndarray) -> tupl
     both = a + b
     both *= 3
     key += both
-    score = np.asarray(score, dtype=np.int8)
+    y = np.asarray(y)
+    score = np.rint(y * 2).astype(np.int8) if y.dtype.kind == "f" else y.astype(np.int8, copy=False)
     code = np.int8(2) - score - score  # where B is the lower index, the verdict seen from its side:
     code *= (a > b).view(np.int8)  # 2 - score there, score elsewhere
     code += score
