@@ -103,12 +103,28 @@ def arms_report(run_dir: Path, iteration: int | None) -> ArmsReport:
                       {r: d["floors"] for r, d in selects.items() if d.get("floors")})
 
 
+@dataclass(frozen=True)
+class WinMatrix:
+    """Over all of a run's judged eval battles: ``win_rate[i][j]``, the score of ``models[i]``
+    against ``models[j]`` (ties count half; None where they never met), and ``battles[i][j]``."""
+
+    models: list[str]
+    win_rate: list[list[float | None]]
+    battles: list[list[int]]
+
+
+def win_matrix(run_dir: Path) -> WinMatrix:
+    """The eval win-rate and battle-count matrices (no models: no eval battles judged yet)."""
+    rep = rate(*columns(RunStore(run_dir).judged(None, "eval")), RatingOptions(rounds=0))
+    return WinMatrix(rep.models, rep.win_rate, rep.battle_counts)
+
+
 def plot(run_dir: Path, out: Path) -> None:
     """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
     store = RunStore(run_dir)
     summary = read_json(store.summary_path, {})
-    rep = rate(*columns(store.judged(None, "eval")), RatingOptions(rounds=0))
-    plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), rep.models, rep.win_rate, out)
+    m = win_matrix(run_dir)
+    plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), m.models, m.win_rate, out)
 
 
 def result_text(run_dir: Path) -> str:
