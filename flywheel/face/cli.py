@@ -15,6 +15,7 @@ from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
 from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
 from flywheel.face.cli_rate import lc_board_cmd, rate_cmd
+from flywheel.face.cli_report import report_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
@@ -236,6 +237,7 @@ def bootstrap_cmd(
 
 
 app.command(name="rate")(rate_cmd)  # flywheel rate: any battle log (cli_rate.py)
+app.command(name="report")(report_cmd)  # flywheel report: a run on one HTML page (cli_report.py)
 
 
 @app.command()
