@@ -1,6 +1,6 @@
 """Read-only queries over a run directory, as the CLI prints them: leaderboards (latest, history,
-subsets, categories), length-controlled win rates, where the battles went, plots and the
-end-of-run report. Nothing here
+subsets, categories, style-controlled), length-controlled win rates, where the battles went, plots
+and the end-of-run report. Nothing here
 writes into the run."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from flywheel.ground import reports
 from flywheel.ground.atomic import read_json
 from flywheel.ground.config_io import load_config
 from flywheel.ground.store import RunStore, iter_name
+from flywheel.ground.style import style_of
 from flywheel.maths.leaderboard import category_boards as boards
 from flywheel.maths.leaderboard import RatingOptions, columns, rate
 from flywheel.maths.length_control import LCOptions, lc_rows
+from flywheel.maths.style_control import StyleOptions, StyleReport, style_control
 
 
 class QueryError(ValueError):
@@ -66,6 +68,26 @@ def lc_board(run_dir: Path, baseline: str) -> list[dict[str, Any]]:
     if not rows:
         raise QueryError(f"--lc-baseline {baseline!r} has no judged eval battles against another model")
     return rows
+
+
+def style_board(run_dir: Path) -> StyleReport:
+    """The style-controlled leaderboard of the run's eval battles (Chatbot Arena's style control:
+    ``flywheel/maths/style_control.py``), each answer's style measured from its text, with the
+    run's ``rating:`` settings and bootstrap seed. A battle of a version against itself is left out."""
+    import numpy as np
+
+    if not RunStore.is_run_dir(run_dir):
+        raise QueryError(f"{run_dir}: not a run directory (no config.yaml)")
+    store = RunStore(run_dir)
+    judged = [j for j in store.judged(None, "eval") if j.battle.model_a != j.battle.model_b]
+    if not judged:
+        raise QueryError(f"{run_dir}: no judged eval battles between two models yet")
+    cfg = load_config(store.config_path)
+    r = cfg.rating
+    style = [np.array([style_of(getattr(j.battle, f"response_{s}")).vector() for j in judged]) for s in ("a", "b")]
+    options = StyleOptions(r.bootstrap_rounds, r.ci, cfg.evaluate.bootstrap_seed, r.scale, r.base, r.init)
+    return style_control([j.battle.model_a for j in judged], [j.battle.model_b for j in judged],
+                         [j.winner for j in judged], style[0], style[1], options)
 
 
 @dataclass(frozen=True)
