@@ -221,6 +221,26 @@ def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_the_report_page_shows_every_section_of_the_run_on_one_offline_page(finished_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from flywheel.face.cli import app
+    from tests.test_report_page import read_page
+
+    out = tmp_path / "report.html"
+    got = CliRunner().invoke(app, ["report", str(finished_run.root), "--html", str(out)])
+    assert got.exit_code == 0 and got.output.startswith(f"wrote {out}"), got.output
+    page = read_page(out)  # every section with its heading, every picture a PNG inside the page
+    assert page.empty == {}  # a finished run has data for every section
+    assert {sid: len(imgs) for sid, imgs in page.images.items()} == {
+        "leaderboard": 1, "progress": 1, "categories": 1, "win-matrix": 1, "arms": 1, "judge": 1, "datasets": 1}
+    board = json.loads((finished_run.root / "ratings" / "iter-0002.json").read_text())
+    assert all(f" {r['model']} " in page.text["leaderboard"] for r in board)
+    assert all(f" {c} " in page.text["categories"] for c in ("add", "sub", "mul", "rev", "sort", "count"))
+    assert " verifier " in page.text["judge"] and " longer_wins " in page.text["judge"]
+    assert " sft " in page.text["datasets"] and " student " in page.text["datasets"]
+
+
 @pytest.mark.parametrize("policy", ["uniform", "ucb"])
 def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, policy):
     from flywheel.ground.config_io import load_config

@@ -1,5 +1,8 @@
 """Read battle logs in the Chatbot Arena layout: ``model_a``, ``model_b``, ``winner``
-(``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), optional ``category``.
+(``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), optional ``category``; for style control,
+each battle's style (``read_battles(..., style=True)``): its ``conv_metadata`` as Chatbot Arena's
+logs hold it, else the answers' texts (``conversation_a``/``conversation_b``, every assistant turn
+counted, or ``response_a``/``response_b``) measured with ``flywheel.ground.style.style_of``.
 
 JSONL, JSON (a list of records), CSV, TSV and Parquet, read by ``flywheel.ground.row_files``. Every
 bad row is reported with where it is (``file:line``, ``file:row N`` for Parquet); the caller
@@ -20,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from flywheel.ground.row_files import BadRow, RowFileError, read_row_file
+from flywheel.ground.style import FEATURES, style_of, vectors_from_metadata
 from flywheel.maths.ratings import OUTCOME, Rating
 
 COLUMNS = ("model_a", "model_b", "winner")
@@ -31,6 +35,12 @@ class ArenaBattle:
     model_b: str
     winner: str
     category: str | None = None
+    style: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (A's, B's) counts in FEATURES order
+
+
+StylePair = tuple[tuple[int, ...], tuple[int, ...]]
+NO_STYLE = ("no style features (conv_metadata, conversation_a and conversation_b, or response_a and "
+            "response_b)")
 
 
 class BattleLogError(ValueError):
@@ -54,8 +64,62 @@ def _check(row: Any) -> ArenaBattle | str:
     return ArenaBattle(a, b, w, None if cat in (None, "") else str(cat))
 
 
-def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
-    """All good battles and all bad rows of a battle log; the format follows the extension."""
+def _json_value(value: Any) -> Any:
+    """A nested value as stored: CSV keeps it as JSON text."""
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _answers_style(row: dict, side: str) -> tuple[int, ...] | str | None:
+    """One side's style from its answer texts: every assistant turn of ``conversation_<side>``
+    (summed, as Chatbot Arena counts), else ``response_<side>``; None if the row has neither."""
+    turns = _json_value(row.get(f"conversation_{side}"))
+    if turns not in (None, ""):
+        if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+            return f"conversation_{side} must be a list of turns ({{'role': ..., 'content': ...}})"
+        said = [t.get("content") or "" for t in turns if t.get("role") == "assistant"]
+        if not all(isinstance(c, str) for c in said):
+            return f"conversation_{side}: an assistant turn's content is not text"
+        vectors = [style_of(c).vector() for c in said]
+        return tuple(int(sum(v[i] for v in vectors)) for i in range(len(FEATURES)))
+    text = row.get(f"response_{side}")
+    if text is None:
+        return None
+    return style_of(text).vector() if isinstance(text, str) else f"response_{side} is not text"
+
+
+def _style(row: dict) -> StylePair | str | None:
+    """The battle's (A's, B's) style counts, a reason it is bad, or None where the row has none."""
+    meta = _json_value(row.get("conv_metadata"))
+    if meta not in (None, ""):
+        if not isinstance(meta, dict):
+            return "conv_metadata must be an object"
+        try:
+            pair = vectors_from_metadata(meta)
+        except KeyError as e:
+            return f"conv_metadata lacks {e.args[0]}"
+        except (TypeError, ValueError):
+            return "conv_metadata: a count is not a number"
+        if min(pair[0] + pair[1]) < 0:
+            return "conv_metadata: a count is negative"
+        return pair
+    a, b = _answers_style(row, "a"), _answers_style(row, "b")
+    for side in (a, b):
+        if isinstance(side, str):
+            return side
+    if a is None or b is None:
+        return None
+    return a, b
+
+
+def read_battles(path: str | Path, style: bool = False) -> tuple[list[ArenaBattle], list[BadRow]]:
+    """All good battles and all bad rows of a battle log; the format follows the extension.
+    ``style``: each battle also needs its style features (a row without them is bad; a log
+    without any is an error)."""
     path = Path(path)
     if not path.is_file():
         raise BattleLogError(f"{path}: no such file")
@@ -69,6 +133,7 @@ def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
         raise BattleLogError(f"{path}: the header needs model_a, model_b and winner (has {sorted(got.columns)})")
     good: list[ArenaBattle] = []
     bad: list[BadRow] = []
+    unstyled = 0  # good rows but for their style
     for row in got.rows:
         if isinstance(row, BadRow):
             if row.last:  # rating the rows before the break would hide the rest of the log
@@ -78,8 +143,19 @@ def read_battles(path: str | Path) -> tuple[list[ArenaBattle], list[BadRow]]:
         checked = _check(row.value)
         if isinstance(checked, str):
             bad.append(BadRow(row.where, checked))
-        else:
-            good.append(checked)
+            continue
+        if style:
+            pair = _style(row.value)
+            if not isinstance(pair, tuple):
+                unstyled += pair is None
+                bad.append(BadRow(row.where, pair or NO_STYLE))
+                continue
+            checked = ArenaBattle(checked.model_a, checked.model_b, checked.winner, checked.category, pair)
+        good.append(checked)
+    if style and unstyled and not good:
+        raise BattleLogError(f"{path}: style control needs each battle's style features: conv_metadata (Chatbot "
+                             "Arena's), or the answers' texts (conversation_a and conversation_b, or response_a and "
+                             "response_b); this log has none")
     return good, bad
 
 
@@ -92,6 +168,8 @@ class BattleColumns:
     model_b: Any
     winner: Any
     category: Any  # str or None per row
+    style_a: np.ndarray | None = None  # int64[N, F]: A's answer's style counts (FEATURES order), if read
+    style_b: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.winner)
@@ -103,24 +181,31 @@ class BattleColumns:
         for name in sorted(set(cats.unique())):
             keep = (cats == name).to_numpy()
             out[name] = BattleColumns(*(c[keep].reset_index(drop=True) for c in
-                                        (self.model_a, self.model_b, self.winner, self.category)))
+                                        (self.model_a, self.model_b, self.winner, self.category)),
+                                      *(None if s is None else s[keep] for s in (self.style_a, self.style_b)))
         return out
 
 
-def read_battle_columns(path: str | Path) -> tuple[BattleColumns, list[BadRow]]:
+def read_battle_columns(path: str | Path, style: bool = False) -> tuple[BattleColumns, list[BadRow]]:
     """``read_battles`` as columns. A Parquet log whose every row is good is checked column-wise
     (seconds faster on a million rows); any doubt (a bad row, another type) falls back to the
-    row-by-row reader, so the battles and the bad rows are exactly ``read_battles``'s."""
+    row-by-row reader, so the battles and the bad rows are exactly ``read_battles``'s. ``style``:
+    the style columns too (read row by row)."""
     import pandas as pd
 
     path = Path(path)
-    fast = _parquet_columns(path) if path.suffix.lower() in (".parquet", ".pq") and path.is_file() else None
+    parquet = path.suffix.lower() in (".parquet", ".pq") and path.is_file()
+    fast = _parquet_columns(path) if parquet and not style else None
     if fast is not None:
         return fast, []
-    good, bad = read_battles(path)
+    good, bad = read_battles(path, style)
     frame = pd.DataFrame([(b.model_a, b.model_b, b.winner, b.category) for b in good],
                          columns=["model_a", "model_b", "winner", "category"], dtype=object)
-    return BattleColumns(frame["model_a"], frame["model_b"], frame["winner"], frame["category"]), bad
+    sides = (None, None)
+    if style:
+        sides = tuple(np.array([b.style[i] for b in good], dtype=np.int64).reshape(len(good), len(FEATURES))
+                      for i in (0, 1))
+    return BattleColumns(frame["model_a"], frame["model_b"], frame["winner"], frame["category"], *sides), bad
 
 
 def _parquet_columns(path: Path) -> BattleColumns | None:

@@ -14,7 +14,8 @@ from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
 from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
-from flywheel.face.cli_rate import lc_board_cmd, rate_cmd
+from flywheel.face.cli_rate import lc_board_cmd, rate_cmd, style_board_cmd
+from flywheel.face.cli_report import report_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
@@ -236,6 +237,7 @@ def bootstrap_cmd(
 
 
 app.command(name="rate")(rate_cmd)  # flywheel rate: any battle log (cli_rate.py)
+app.command(name="report")(report_cmd)  # flywheel report: a run on one HTML page (cli_report.py)
 
 
 @app.command()
@@ -250,11 +252,16 @@ def elo(
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
     lc_baseline: Annotated[Optional[str], typer.Option(
         metavar="MODEL", help="Length-controlled win rates against MODEL (AlpacaEval's).")] = None,
+    style: Annotated[bool, typer.Option("--style-control", help="The eval leaderboard with style control (Chatbot "
+                     "Arena's): answer length and markdown as covariates, with their coefficients.")] = False,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
-    refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference, lc_baseline=lc_baseline)
+    refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference, lc_baseline=lc_baseline,
+                    style_control=style)
     if lc_baseline is not None:
         return lc_board_cmd(run_dir, lc_baseline, format)
+    if style:
+        return style_board_cmd(run_dir, format)
 
     try:
         last, rows = queries.latest_board(run_dir)

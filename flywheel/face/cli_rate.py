@@ -1,6 +1,7 @@
 """``flywheel rate``: any battle log (JSONL, JSON, CSV or Parquet, Chatbot Arena's layout) rated
-with the same Bradley-Terry leaderboard as a run; and ``flywheel elo --lc-baseline``: a run's
-length-controlled win rates against a baseline."""
+with the same Bradley-Terry leaderboard as a run, or with style control (``--style-control``);
+and ``flywheel elo --lc-baseline`` / ``--style-control``: a run's length-controlled win rates
+against a baseline, its style-controlled leaderboard."""
 
 from __future__ import annotations
 
@@ -12,10 +13,14 @@ import typer
 
 from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_battle_columns, read_reference
-from flywheel.face.cli_data import Format, fail
+from flywheel.face.cli_data import Format, fail, refuse_together
 from flywheel.ground import reports
 from flywheel.maths.leaderboard import RatingOptions, rate
 from flywheel.maths.length_control import COLUMNS as LC_COLUMNS
+from flywheel.maths.style_control import COEF_COLUMNS, StyleOptions, StyleReport, style_control
+
+STYLE_UNITS = ("logits per standard deviation of (A - B) / (A + B + 1) over the battles; positive: the judge "
+               "favours the answer with more of it")
 
 
 def _parse_anchor(anchor: Optional[str]) -> Optional[tuple[str, float]]:
@@ -46,11 +51,17 @@ def rate_cmd(
                      "0 = the classic fit.")] = None,
     matrix: Annotated[bool, typer.Option("--matrix", help="Print the win-rate and battle-count matrices.")] = False,
     reference: Annotated[Optional[Path], typer.Option(help="Reference ranking (JSON or CSV) for a consistency report.")] = None,
+    style: Annotated[bool, typer.Option("--style-control", help="Control for the answers' length and markdown "
+                     "(Chatbot Arena's style control): needs conv_metadata or the answers' texts per battle.")] = False,
 ) -> None:
     """Rate any battle log: Bradley-Terry Elo (base 10, scale 400, mean 1000) with bootstrap CIs."""
+    if style:
+        refuse_together(style_control=style, by=by)
+        refuse_together(style_control=style, matrix=matrix)
+        refuse_together(style_control=style, prior=prior is not None)  # --prior 0 is given too
     options = RatingOptions(rounds=bootstrap, ci=ci, seed=seed, prior=prior, anchor=_parse_anchor(anchor))
     try:
-        battles, bad = read_battle_columns(file)
+        battles, bad = read_battle_columns(file, style=style)
         ref = read_reference(reference) if reference else None
     except BattleLogError as e:
         fail(str(e))
@@ -62,6 +73,9 @@ def rate_cmd(
         typer.echo(f"skipped {len(bad)} bad row(s) of {len(bad) + len(battles)}", err=True)
     if not battles:
         fail(f"{file}: no battles to rate")
+    if style:
+        return _rate_style(battles, StyleOptions(rounds=bootstrap, ci=ci, seed=seed, anchor=options.anchor), format,
+                           ref, fold_names)
     groups = battles.by_category() if by == "category" else {"all": battles}
     reports_by: dict = {}
     try:
@@ -95,6 +109,44 @@ def rate_cmd(
             typer.echo("\nconsistency with the reference: " + json.dumps(cons))
         return
     typer.echo(reports.render_sections({n: r.rows() for n, r in reports_by.items()}, format))
+
+
+def _rate_style(battles, options: StyleOptions, format: str, ref: Optional[dict], fold_names: bool) -> None:
+    try:
+        report = style_control(battles.model_a, battles.model_b, battles.winner, battles.style_a, battles.style_b,
+                               options, fold_names=fold_names)
+        cons = None if ref is None else consistency(report.ratings, ref)
+    except ValueError as e:
+        fail(str(e))
+    print_style(report, format, cons)
+
+
+def print_style(report: StyleReport, format: str, cons: Optional[dict] = None) -> None:
+    """The style-controlled leaderboard, then the style coefficients with their intervals (and the
+    consistency with a reference); JSON: one object with ``leaderboard`` and ``style_coefficients``."""
+    for w in report.warnings:
+        typer.echo(f"warning: {w}", err=True)
+    rows, coefs = report.rows(), report.coefficient_rows()
+    if format == "json":
+        out = {"leaderboard": rows, "style_coefficients": coefs}
+        typer.echo(json.dumps(out | ({} if cons is None else {"consistency": cons}), indent=2))
+        return
+    title = {"table": f"\n[style coefficients: {STYLE_UNITS}]", "md": f"\n## Style coefficients\n\n{STYLE_UNITS}.\n",
+             "csv": ""}
+    typer.echo(reports.render(rows, format))
+    typer.echo(title[format])
+    typer.echo(reports.render(coefs, format, COEF_COLUMNS))
+    if cons is not None:
+        typer.echo("\nconsistency with the reference: " + json.dumps(cons))
+
+
+def style_board_cmd(run_dir: Path, format: str) -> None:
+    """``flywheel elo RUN_DIR --style-control``: the run's eval leaderboard with style control."""
+    try:
+        report = queries.style_board(run_dir)
+    except (queries.QueryError, ValueError) as e:
+        fail(str(e))
+    print_style(report, format)
 
 
 def lc_board_cmd(run_dir: Path, baseline: str, format: str) -> None:

@@ -46,6 +46,26 @@ def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["iteration"], r["dataset"]))
 
 
+def rows_by_target(run_dir: Path) -> list[dict[str, Any]]:
+    """The curated datasets' rows per iteration, kind (sft, dpo, rollouts) and target, read from
+    their files' ``target`` column alone (``-`` for a dataset without one)."""
+    rows = []
+    for k, kind, d in RunStore(run_dir).datasets():
+        files = sorted((d / "data").glob("*.parquet"))
+        if not files:
+            if is_hf_dataset(d):  # the older save_to_disk layout
+                rows.append({"iteration": k, "dataset": kind, "target": "-", "rows": count_rows(d)})
+            continue
+        counts: Counter[str] = Counter()
+        for f in files:
+            if "target" in pq.read_schema(f).names:
+                counts.update(str(t) for t in pq.read_table(f, columns=["target"]).column("target").to_pylist())
+            else:
+                counts["-"] += parquet_rows(f)
+        rows += [{"iteration": k, "dataset": kind, "target": t, "rows": n} for t, n in sorted((counts or {"-": 0}).items())]
+    return rows
+
+
 def count_rows(path: Path) -> int:
     """Rows of any readable path: a curated dataset's from its files' footers, others read."""
     return dataset_rows(path) if is_hf_dataset(path) else len(read_rows(path))

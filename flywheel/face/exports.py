@@ -3,9 +3,11 @@
 - ``arena``: Chatbot Arena's battle log, one row per judged battle: ``model_a``, ``model_b``,
   ``winner`` (``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), ``judge``, ``category``,
   ``phase``, ``iteration``, ``tstamp``, ``question_id``, ``battle_id``, ``conversation_a``,
-  ``conversation_b`` (OpenAI-style turns). ``flywheel rate`` (and Chatbot Arena's notebooks)
-  read it. ``tstamp`` is when the battle's verdict was written to disk (its judgment shard's
-  modification time, Unix seconds): the log records no per-battle clock.
+  ``conversation_b`` (OpenAI-style turns), ``conv_metadata`` (the answers' style counts in Chatbot
+  Arena's layout: ``flywheel.ground.style.conv_metadata``). ``flywheel rate`` (with
+  ``--style-control`` too) and Chatbot Arena's notebooks read it. ``tstamp`` is when the battle's
+  verdict was written to disk (its judgment shard's modification time, Unix seconds): the log
+  records no per-battle clock.
 - ``arena-hard``: arena-hard-auto's folders: ``question.jsonl``, ``model_answer/<model>.jsonl``
   (one answer per question: ``question_id``, ``answer_id``, ``model_id``, ``choices``,
   ``tstamp``) and ``model_judgment/<judge>/<model>.jsonl`` (one row per battle of that model:
@@ -24,6 +26,7 @@ from typing import Any
 
 from flywheel.ground.records import JudgedBattle, stable_id
 from flywheel.ground.store import RunStore
+from flywheel.ground.style import conv_metadata
 
 PHASES = ("train", "eval", "all")
 
@@ -54,7 +57,8 @@ def arena_rows(run_dir: Path, phase: str = "all") -> list[dict[str, Any]]:
         rows.append({"model_a": b.model_a, "model_b": b.model_b, "winner": j.winner, "judge": j.judge,
                      "category": b.category, "phase": b.phase, "iteration": b.iteration, "tstamp": round(when, 3),
                      "question_id": b.prompt_id, "battle_id": b.battle_id,
-                     "conversation_a": _turns(b.prompt, b.response_a), "conversation_b": _turns(b.prompt, b.response_b)})
+                     "conversation_a": _turns(b.prompt, b.response_a), "conversation_b": _turns(b.prompt, b.response_b),
+                     "conv_metadata": conv_metadata(b.response_a, b.response_b)})
     return rows
 
 

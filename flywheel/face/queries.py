@@ -1,6 +1,6 @@
 """Read-only queries over a run directory, as the CLI prints them: leaderboards (latest, history,
-subsets, categories), length-controlled win rates, where the battles went, plots and the
-end-of-run report. Nothing here
+subsets, categories, style-controlled), length-controlled win rates, where the battles went, plots
+and the end-of-run report. Nothing here
 writes into the run."""
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from flywheel.ground import reports
 from flywheel.ground.atomic import read_json
 from flywheel.ground.config_io import load_config
 from flywheel.ground.store import RunStore, iter_name
+from flywheel.ground.style import style_of
 from flywheel.maths.leaderboard import category_boards as boards
 from flywheel.maths.leaderboard import RatingOptions, columns, rate
 from flywheel.maths.length_control import LCOptions, lc_rows
+from flywheel.maths.style_control import StyleOptions, StyleReport, style_control
 
 
 class QueryError(ValueError):
@@ -68,6 +70,26 @@ def lc_board(run_dir: Path, baseline: str) -> list[dict[str, Any]]:
     return rows
 
 
+def style_board(run_dir: Path) -> StyleReport:
+    """The style-controlled leaderboard of the run's eval battles (Chatbot Arena's style control:
+    ``flywheel/maths/style_control.py``), each answer's style measured from its text, with the
+    run's ``rating:`` settings and bootstrap seed. A battle of a version against itself is left out."""
+    import numpy as np
+
+    if not RunStore.is_run_dir(run_dir):
+        raise QueryError(f"{run_dir}: not a run directory (no config.yaml)")
+    store = RunStore(run_dir)
+    judged = [j for j in store.judged(None, "eval") if j.battle.model_a != j.battle.model_b]
+    if not judged:
+        raise QueryError(f"{run_dir}: no judged eval battles between two models yet")
+    cfg = load_config(store.config_path)
+    r = cfg.rating
+    style = [np.array([style_of(getattr(j.battle, f"response_{s}")).vector() for j in judged]) for s in ("a", "b")]
+    options = StyleOptions(r.bootstrap_rounds, r.ci, cfg.evaluate.bootstrap_seed, r.scale, r.base, r.init)
+    return style_control([j.battle.model_a for j in judged], [j.battle.model_b for j in judged],
+                         [j.winner for j in judged], style[0], style[1], options)
+
+
 @dataclass(frozen=True)
 class ArmsReport:
     """Where one iteration's battles went: per target its prompt arms by share; with
@@ -103,12 +125,28 @@ def arms_report(run_dir: Path, iteration: int | None) -> ArmsReport:
                       {r: d["floors"] for r, d in selects.items() if d.get("floors")})
 
 
+@dataclass(frozen=True)
+class WinMatrix:
+    """Over all of a run's judged eval battles: ``win_rate[i][j]``, the score of ``models[i]``
+    against ``models[j]`` (ties count half; None where they never met), and ``battles[i][j]``."""
+
+    models: list[str]
+    win_rate: list[list[float | None]]
+    battles: list[list[int]]
+
+
+def win_matrix(run_dir: Path) -> WinMatrix:
+    """The eval win-rate and battle-count matrices (no models: no eval battles judged yet)."""
+    rep = rate(*columns(RunStore(run_dir).judged(None, "eval")), RatingOptions(rounds=0))
+    return WinMatrix(rep.models, rep.win_rate, rep.battle_counts)
+
+
 def plot(run_dir: Path, out: Path) -> None:
     """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
     store = RunStore(run_dir)
     summary = read_json(store.summary_path, {})
-    rep = rate(*columns(store.judged(None, "eval")), RatingOptions(rounds=0))
-    plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), rep.models, rep.win_rate, out)
+    m = win_matrix(run_dir)
+    plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), m.models, m.win_rate, out)
 
 
 def result_text(run_dir: Path) -> str:

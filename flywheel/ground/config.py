@@ -201,6 +201,15 @@ class CurateConfig(Strict):
     min_completion_chars: int = Field(1, ge=1, description="Drop shorter completions.")
     min_margin: float = Field(0.0, ge=0, description="Drop decisive verdicts weaker than this (judge margin: "
                               "1 better, 2 much better; a verifier's score difference).")
+    style_control: bool = Field(False, description="Refuse decisive wins that the judge's taste for style "
+                                "explains: a contextual Bradley-Terry model (ratings plus length and markdown "
+                                "features, as Chatbot Arena's style control) is fitted on the iteration's judged "
+                                "train battles, and a win whose style term alone raises its winner's log-odds by "
+                                "more than style_tolerance becomes neither an SFT row nor a DPO pair "
+                                "(flywheel/learning/style_filter.py). Prompt worlds.")
+    style_tolerance: float = Field(0.2, ge=0, description="style_control: the largest raise of a winner's "
+                                   "log-odds that its style may explain and the win still be learnt from "
+                                   "(0.2: odds x1.22).")
 
 
 class EvaluateConfig(Strict):
@@ -326,6 +335,8 @@ class FlywheelConfig(Strict):
             if self.evaluate.sampling == "active":
                 raise ValueError("evaluate.sampling: active is for prompt worlds; a games world plays every eval "
                                  "position against every reference player (its win-or-draw rates need them all)")
+            if self.curate.style_control:
+                raise ValueError("curate.style_control is for prompt worlds: a game's rules judge moves, not style")
             bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
             if bad:
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")

@@ -25,14 +25,15 @@ def columns_for(rows: Sequence[dict[str, Any]], base: Sequence[str] = COLUMNS) -
     return cols
 
 
-def _cell(v: Any) -> str:
+def cell(v: Any) -> str:
+    """A value as a table shows it: floats to three significant places, others as text."""
     if isinstance(v, float):
         return f"{v:.1f}" if abs(v) >= 10 else f"{v:.3f}" if abs(v) >= 1e-3 or v == 0 else f"{v:.2e}"
     return str(v)
 
 
 def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
-    cells = [[_cell(r.get(c, "")) for c in columns] for r in rows]
+    cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge", "target", "policy",
                                                        "opponent")}
@@ -42,7 +43,7 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS)
 
 def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
     head = "| " + " | ".join(columns) + " |\n|" + "|".join("---" for _ in columns) + "|\n"
-    return head + "".join("| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |\n" for r in rows)
+    return head + "".join("| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |\n" for r in rows)
 
 
 def csv_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> str:
@@ -182,9 +183,12 @@ def usage_lines(summary: dict[str, Any]) -> str:
     return text_table(rows, cols)
 
 
-def judge_lines(summary: dict[str, Any]) -> str:
+JUDGE_COLUMNS = ("iteration", "judge", "judged", "invalid", "flip_rate", "longer_wins", "self_pref", "kappa")
+
+
+def judge_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Per iteration: the judge's invalid verdicts, position-flip rate, length bias,
-    self-preference and panel agreement (see judges/diagnostics.py)."""
+    self-preference and panel agreement (see judges/diagnostics.py); ``-`` where not measured."""
     rows = []
     for e in summary.get("iterations", []):
         d = e.get("judge") or {}
@@ -195,8 +199,13 @@ def judge_lines(summary: dict[str, Any]) -> str:
         rows.append({"iteration": e["iteration"], "judge": d["judge"], "judged": d["judged"], "invalid": d["invalid"],
                      "flip_rate": _blank(d["flip_rate"]["rate"]), "longer_wins": _blank(d["length_bias"]["longer_wins"]),
                      "self_pref": _blank(sp.get("excess")), "kappa": _blank(panel.get("kappa"))})
-    cols = ("iteration", "judge", "judged", "invalid", "flip_rate", "longer_wins", "self_pref", "kappa")
-    return text_table(rows, cols) if rows else "(no judgments)"
+    return rows
+
+
+def judge_lines(summary: dict[str, Any]) -> str:
+    """``judge_rows`` as a text table."""
+    rows = judge_rows(summary)
+    return text_table(rows, JUDGE_COLUMNS) if rows else "(no judgments)"
 
 
 def _blank(v: Any) -> Any:

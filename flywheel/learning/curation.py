@@ -10,6 +10,7 @@ from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.ground.config import CurateConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name
+from flywheel.learning.style_filter import style_explained
 
 SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
 DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]
@@ -20,6 +21,7 @@ class Curated:
     sft: list[SFTExample]
     dpo: list[DPOPair]
     dropped: dict[str, int]
+    style: dict[str, float] | None = None  # curate.style_control: the fitted style coefficients
 
 
 def curate(
@@ -27,7 +29,8 @@ def curate(
 ) -> Curated:
     """SFT: the winner's response wherever a target lost (and, optionally, the target's own wins and
     its answers in ties where both were good). DPO: (winner, loser) from every decisive battle with
-    a target in it. Eval prompts never pass."""
+    a target in it. Eval prompts never pass. With ``cfg.style_control``, wins that style explains
+    pass neither (``flywheel.learning.style_filter``)."""
     sft: list[SFTExample] = []
     dpo: list[DPOPair] = []
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "weak": 0, "contaminated": 0, "too_long": 0,
@@ -35,6 +38,9 @@ def curate(
     seen_sft: set[tuple[str, str]] = set()  # (target, prompt): each target's own examples
     seen_dpo: set[tuple[str, str]] = set()
     target_set = set(targets)
+    styled = style_explained(battles, judgments, cfg.style_tolerance) if cfg.style_control else None
+    if styled is not None:
+        dropped["style"] = 0
     for b in battles:
         if cfg.include_target_ties and _good_tie(b, judgments.get(b.battle_id)):
             seats = ((b.model_a, b.response_a), (b.model_b, b.response_b))
@@ -50,6 +56,9 @@ def curate(
             continue
         if j.margin < cfg.min_margin:
             dropped["weak"] += 1
+            continue
+        if styled is not None and b.battle_id in styled.explained:
+            dropped["style"] += 1
             continue
         win_model, win_text, lose_model, lose_text = (
             (b.model_a, b.response_a, b.model_b, b.response_b)
@@ -72,7 +81,7 @@ def curate(
         if (target_lost or target_won) and not (cfg.dedup and (target, b.prompt) in seen_dpo):
             seen_dpo.add((target, b.prompt))
             dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
-    return Curated(sft, dpo, dropped)
+    return Curated(sft, dpo, dropped, None if styled is None else styled.coefficients)
 
 
 def _unfit(prompt: str, text: str, cfg: CurateConfig, eval_texts: set[str]) -> str | None:

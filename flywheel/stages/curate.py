@@ -35,6 +35,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
         "battle_log": ctx.store.shard_files("battles", k, "train"),
         "judgment_log": ctx.store.shard_files("judgments", k, "train"),
         "battles": len(battles), "curate": ctx.cfg.curate.model_dump(), "dropped": cur.dropped,
+        **({} if cur.style is None else {"style_coefficients": cur.style}),
         "eval_split_hash": stable_id(*sorted(eval_texts)), "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     # Chat targets are trained in conversations: the datasets are conversational when any target chats.
