@@ -190,13 +190,13 @@ def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, 
         ours_cpu.append(cpu_seconds() - c0)
         if not capped:
             t0, c0 = time.perf_counter(), cpu_seconds()
-            got = anchor(battles, rounds, seed, workers) if anchor_cap is None else within(
+            result = anchor(battles, rounds, seed, workers) if anchor_cap is None else within(
                 anchor_cap, anchor, battles, rounds, seed, workers)
-            capped = got is None
             anchor_t.append(time.perf_counter() - t0)
             anchor_cpu.append(cpu_seconds() - c0)
-    if capped:
-        anchor_t = []
+            capped, got = result is None, got if result is None else result
+    if capped:  # a run past the cap: the anchor's time is "over the cap"
+        anchor_t, got = [], None
     exact = exact_mle(battles)
     ours = {r.model: r.rating for r in report.ratings}
     out = {"ours": spread(ours_t), "anchor": spread(anchor_t) if anchor_t else None, "cap": anchor_cap,
