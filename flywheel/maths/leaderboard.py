@@ -24,7 +24,9 @@ from flywheel.maths.ratings import (
     cell_counts,
     center,
     encode_scores,
+    interval,
     points_matrix,
+    rating_rows,
     results,
     to_elo,
 )
@@ -106,28 +108,16 @@ def rate(
     point = to_elo(center(fit.theta, label, anchor_ix), scale, base, init)
     if rounds > 0:
         boots = to_elo(center(bootstrap(fit, counts, rounds, o.seed, o.prior), label, anchor_ix), scale, base, init)
-        lower = np.minimum(np.quantile(boots, (1 - ci) / 2, axis=0), point)
-        upper = np.maximum(np.quantile(boots, 1 - (1 - ci) / 2, axis=0), point)
     else:
-        lower, upper = point.copy(), point.copy()
+        boots = np.zeros((0, k))
+    lower, upper = interval(point, boots, ci)
     wins, losses, ties = results(k, cells, counts)
-    battles = wins + losses + ties
     n_groups = int(label.max()) + 1
     warnings = []
     if n_groups > 1:
         warnings.append(f"the comparison graph has {n_groups} disconnected groups of models; ratings compare "
                         "only within a group (column 'group')")
-    rows = []
-    for i, m in enumerate(models):
-        same = label == label[i]
-        note = ("never lost" if losses[i] == 0 and wins[i] > 0 else
-                "never won" if wins[i] == 0 and losses[i] > 0 else "")
-        rows.append(Rating(
-            model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
-            upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
-            battles=int(battles[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
-            group=int(label[i]) + 1, note=note,
-        ))
+    rows = rating_rows(models, point, lower, upper, label, wins, losses, ties)
     w = points_matrix(k, cells, counts)
     n = w + w.T
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from flywheel.ground.style import FEATURES
-from flywheel.maths.ratings import Rating, cell_counts, encode, groups, points_matrix, results
+from flywheel.maths.ratings import cell_counts, encode, groups, interval, points_matrix, rating_rows, results
 from flywheel.maths.style_bootstrap import bootstrap_style
 from flywheel.maths.style_fit import REG, design, fit_style, style_features
 
@@ -92,15 +92,6 @@ class StyleReport:
         return [c.to_dict() for c in self.coefficients]
 
 
-def _bounds(point: np.ndarray, boots: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
-    """The bootstrap quantiles around ``point`` (each bound at least as wide as the point)."""
-    if not len(boots):
-        return point.copy(), point.copy()
-    tail = (1.0 - ci) / 2
-    return (np.minimum(np.quantile(boots, tail, axis=0), point),
-            np.maximum(np.quantile(boots, 1.0 - tail, axis=0), point))
-
-
 def style_control(
     model_a: Sequence[str], model_b: Sequence[str], winner: Sequence[str], style_a: np.ndarray, style_b: np.ndarray,
     options: StyleOptions = StyleOptions(), *, features: tuple[str, ...] = FEATURES, fold_names: bool = False,
@@ -134,20 +125,11 @@ def style_control(
         i = models.index(o.anchor[0])
         same = label == label[i]
         elo[:, same] += o.anchor[1] - elo[:, [i]]
-    point, (lower, upper) = elo[0], _bounds(elo[0], elo[1:], o.ci)
+    point, (lower, upper) = elo[0], interval(elo[0], elo[1:], o.ci)
     wins, losses, ties = results(k, cells, counts)
-    rows = []
-    for i, m in enumerate(models):
-        same = label == label[i]
-        note = ("never lost" if losses[i] == 0 and wins[i] > 0 else
-                "never won" if wins[i] == 0 and losses[i] > 0 else "")
-        rows.append(Rating(
-            model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
-            upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
-            battles=int(wins[i] + losses[i] + ties[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
-            group=int(label[i]) + 1, note=note))
+    rows = rating_rows(models, point, lower, upper, label, wins, losses, ties)
     beta = theta[k:]
-    b_lower, b_upper = _bounds(beta, boots[:, k:], o.ci)
+    b_lower, b_upper = interval(beta, boots[:, k:], o.ci)
     coefs = [Coefficient(f, float(beta[j]), float(b_lower[j]), float(b_upper[j]), MEANINGS.get(f, f"more {f}"))
              for j, f in enumerate(features)]
     warnings = []
