@@ -13,12 +13,12 @@ import typer
 from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
-from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, data_app, fail, models_app, refuse_together
+from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, damaged_file, data_app, fail, models_app, refuse_together
 from flywheel.face.cli_rate import lc_board_cmd, rate_cmd, style_board_cmd
 from flywheel.face.cli_report import report_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
-from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text, read_json
+from flywheel.ground.atomic import atomic_write_text, read_json
 from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import ConfigError, dump_config, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
@@ -118,7 +118,7 @@ def run(
                                "config": str(store.config_path.resolve()),
                                "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
         return
-    _print_result(run_dir)
+    typer.echo(result_text(run_dir))
 
 
 # What --set may change on --resume: the run goes on with its own config.yaml otherwise.
@@ -210,10 +210,6 @@ def config_show(
 def config_schema() -> None:
     """Print the config's JSON schema (for an editor's YAML completion and checks)."""
     typer.echo(json.dumps(FlywheelConfig.model_json_schema(), indent=2))
-
-
-def _print_result(run_dir: Path) -> None:
-    typer.echo(result_text(run_dir))
 
 
 @app.command(name="bootstrap")
@@ -386,19 +382,6 @@ def main() -> None:
             raise
         sys.stderr.write(f"error: {damaged}\n")
         sys.exit(USAGE)
-
-
-def damaged_file(e: BaseException) -> str | None:
-    """A one-line message for a file on disk that cannot be read (``DamagedFileError``: a run's JSON
-    file, a checkpoint's weights; or a Parquet file, which pyarrow names), or None for any other error."""
-    pa = sys.modules.get("pyarrow")
-    while e is not None:
-        if isinstance(e, DamagedFileError):
-            return " ".join(str(e).split())
-        if pa is not None and isinstance(e, pa.ArrowInvalid) and "Parquet" in str(e):
-            return f"{' '.join(str(e).split())} ({DAMAGED_HINT})"
-        e = e.__cause__ or e.__context__
-    return None
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ make real models usable offline), and the CLI's shared helpers."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -13,7 +14,7 @@ from flywheel.face.dataview import export, read_rows, run_datasets, stats
 from flywheel.face.exports import export_arena, export_arena_hard
 from flywheel.face.hub import PushError, push, push_operations
 from flywheel.ground import reports
-from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text
 from flywheel.worlds.prompts import bad_rows_message, ingest
 from flywheel.worlds.realmodels import KNOWN, ModelSourceError, add_model, known_gguf
 
@@ -214,3 +215,17 @@ def models_ls() -> None:
         except ModelSourceError:
             where = f"not installed: {src.install}"
         typer.echo(f"{name}  {src.description}  [{src.license}]\n    {where}")
+
+
+def damaged_file(e: BaseException) -> str | None:
+    """A one-line message for a file on disk that cannot be read (``DamagedFileError``: a run's JSON
+    file, a checkpoint's weights; or a Parquet file, which pyarrow names), or None for any other error."""
+    pa = sys.modules.get("pyarrow")
+    while e is not None:
+        if isinstance(e, DamagedFileError):
+            return " ".join(str(e).split())
+        if pa is not None and isinstance(e, pa.ArrowInvalid) and "Parquet" in str(e):
+            return f"{' '.join(str(e).split())} ({DAMAGED_HINT})"
+        e = e.__cause__ or e.__context__
+    return None
+

@@ -87,32 +87,6 @@ class RatingReport:
 
 # -- preprocess ---------------------------------------------------------------------------------
 
-def interval(point: np.ndarray, boots: np.ndarray, ci: float) -> tuple[np.ndarray, np.ndarray]:
-    """The bootstrap quantiles of ``boots`` [R, K] around ``point`` [K] (each bound at least as wide
-    as the point; the point itself where there are no rounds)."""
-    if not len(boots):
-        return point.copy(), point.copy()
-    tail = (1.0 - ci) / 2
-    return (np.minimum(np.quantile(boots, tail, axis=0), point),
-            np.maximum(np.quantile(boots, 1.0 - tail, axis=0), point))
-
-
-def rating_rows(models: Sequence[str], point: np.ndarray, lower: np.ndarray, upper: np.ndarray, label: np.ndarray,
-                wins: np.ndarray, losses: np.ndarray, ties: np.ndarray) -> list[Rating]:
-    """One leaderboard row per model (in ``models`` order). Rank = 1 + the number of models in the
-    same group whose lower bound is above this model's upper bound."""
-    rows = []
-    for i, m in enumerate(models):
-        same = label == label[i]
-        note = ("never lost" if losses[i] == 0 and wins[i] > 0 else
-                "never won" if wins[i] == 0 and losses[i] > 0 else "")
-        rows.append(Rating(
-            model=m, rating=round(float(point[i]), 2), lower=round(float(lower[i]), 2),
-            upper=round(float(upper[i]), 2), rank=1 + int(np.sum(lower[same] > upper[i])),
-            battles=int(wins[i] + losses[i] + ties[i]), wins=int(wins[i]), losses=int(losses[i]), ties=int(ties[i]),
-            group=int(label[i]) + 1, note=note))
-    return rows
-
 def _name_key(name: str) -> str:
     return "".join(name.split()).casefold()
 

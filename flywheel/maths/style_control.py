@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from flywheel.ground.style import FEATURES
-from flywheel.maths.ratings import cell_counts, encode, groups, interval, points_matrix, rating_rows, results
+from flywheel.maths.leaderboard import interval, rating_rows
+from flywheel.maths.ratings import cell_counts, encode, groups, points_matrix, results
 from flywheel.maths.style_bootstrap import bootstrap_style
 from flywheel.maths.style_fit import REG, design, fit_style, style_features
 
