@@ -14,6 +14,7 @@ from prefect import Task, flow, tags, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from flywheel.ground import interrupt, reports
 from flywheel.ground.config import FlywheelConfig, RunConfig
@@ -56,6 +57,14 @@ def run_name_of(prefix: str) -> Callable[[], str]:
     return name
 
 
+def opaque_to_prefect(arg: Any) -> Any:
+    """A stage's argument as Prefect should take it: plain values (the iteration, a round) as they
+    are, so that task-run names can read them; anything else (the run's context: its config,
+    prompts and store) quoted, so that Prefect does not walk it, object by object, for upstream
+    futures before each stage (on the embedded default that walk took a fifth of a run)."""
+    return arg if arg is None or isinstance(arg, (int, float, str)) else quote(arg)
+
+
 def as_task(name: str, fn: Callable[..., Any]) -> Task:
     """The Prefect task of a stage (one per stage name and function), its runs named by
     iteration, round and shard."""
@@ -83,7 +92,7 @@ class PrefectRunner:
     def stage(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         ctx, k = args[0], args[1]
         with tags(f"iteration:{k}"):
-            result = as_task(name, fn)(*args)
+            result = as_task(name, fn)(*map(opaque_to_prefect, args))
             publication = getattr(fn, "publishes", None)  # declared by the stage (flywheel/stages/context.py)
             if publication is not None:
                 PUBLISHERS[publication](ctx, k, result)
@@ -252,7 +261,7 @@ def flywheel(config: FlywheelConfig, resume: str | None = None, more: int | None
         log.info("run directory: %s", ctx.store.root)
         done = completed_iterations(ctx.store)
         last = ctx.cfg.run.iterations if more is None else max(done, default=0) + more
-        ensure_models(ctx)
+        ensure_models(opaque_to_prefect(ctx))
 
         def finished(entry: IterationSummary) -> None:
             log.info("iteration %d: %s", entry.iteration, {m: e.accuracy for m, e in entry.eval.items()})

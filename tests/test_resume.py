@@ -16,39 +16,63 @@ def _as_from_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a shell's background job would ignore SIGINT
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM], ids=["kill-9", "ctrl-c", "sigterm"])
-def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env, how):
-    # kill -9 is resumed across an iteration boundary (2 iterations); Ctrl-C and SIGTERM, whose
-    # difference is how the run stops, finish the iteration they stopped in (1).
-    last = 2 if how == signal.SIGKILL else 1
-    iterations = list(range(1, last + 1))
-    cfg, path = tiny_config(run__name="killed", run__iterations=last, select__battles_per_iteration=96,
-                            run__shard_size=24)
-    run_dir = cfg.run.root / "killed"
-    cmd = [sys.executable, "-m", "flywheel.cli", "run", str(path)]
-    proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True, preexec_fn=_as_from_a_terminal)
-    first_shard = run_dir / "battles" / "iter-0001-train-r1-s0000.parquet"
+def _start(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
+
+
+def _kill_when(proc: subprocess.Popen, ready, how: int) -> str:
+    """Once ``ready()`` holds, send ``how`` to the run and everything it started (as a terminal's
+    Ctrl-C does: its process group); returns what it printed on stderr."""
     deadline = time.time() + 240
-    while not first_shard.exists() and proc.poll() is None and time.time() < deadline:
+    while not ready() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
-    os.killpg(proc.pid, how)  # the flow and anything it started, as a terminal's Ctrl-C does
+    assert ready(), proc.stderr.read().decode()[-2000:]
+    os.killpg(proc.pid, how)
     _, err = proc.communicate(timeout=60)
     if how != signal.SIGKILL:  # it stops at once and says how to go on, with no traceback
         assert proc.returncode == 128 + how, err.decode()[-2000:]
-        assert f"continue it with: flywheel run --resume {run_dir}" in err.decode()
-        assert "Traceback" not in err.decode()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert [e["iteration"] for e in summary["iterations"]] == [0]  # killed inside iteration 1
+    return err.decode()
 
-    resumed = subprocess.run(cmd[:-1] + ["--resume", str(run_dir)], env=cli_env, capture_output=True, text=True,
-                             timeout=600)
+
+def _done_iterations(run_dir) -> list[int]:
+    return [e["iteration"] for e in json.loads((run_dir / "summary.json").read_text())["iterations"]]
+
+
+def test_a_run_killed_three_ways_resumes_without_losses_or_duplicates(tiny_config, cli_env):
+    """One run of 2 iterations, killed three times, each kill resumed: Ctrl-C in iteration 1's
+    first round, SIGTERM in iteration 2's (the resume crossed an iteration boundary), and kill -9
+    (no clean-up) once the resume has played one more shard. Nothing is lost or counted twice,
+    and the plans are those of the same run never interrupted."""
+    cfg, path = tiny_config(run__name="killed", run__iterations=2, select__battles_per_iteration=96,
+                            run__shard_size=24)
+    run_dir = cfg.run.root / "killed"
+    battles = run_dir / "battles"
+    cmd = [sys.executable, "-m", "flywheel.cli", "run"]
+    resume = cmd + ["--resume", str(run_dir)]
+    hint = f"continue it with: flywheel run --resume {run_dir}"
+
+    err = _kill_when(_start(cmd + [str(path)], cli_env),
+                     lambda: (battles / "iter-0001-train-r1-s0000.parquet").exists(), signal.SIGINT)
+    assert hint in err and "Traceback" not in err
+    assert _done_iterations(run_dir) == [0]  # killed inside iteration 1
+
+    err = _kill_when(_start(resume, cli_env), lambda: (battles / "iter-0002-train-r1-s0000.parquet").exists(),
+                     signal.SIGTERM)
+    assert hint in err and "Traceback" not in err
+    assert _done_iterations(run_dir) == [0, 1]  # iteration 1 finished, killed inside iteration 2
+
+    shards = set(battles.glob("iter-0002-*.parquet"))
+    _kill_when(_start(resume, cli_env), lambda: bool(set(battles.glob("iter-0002-*.parquet")) - shards),
+               signal.SIGKILL)
+    assert _done_iterations(run_dir) == [0, 1]
+
+    resumed = subprocess.run(resume, env=cli_env, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Eval leaderboard" in resumed.stdout
 
     store = RunStore(run_dir)
-    for k in iterations:
+    for k in (1, 2):
         plan = [s.battle_id for s in store.plan(k)]
         logged = [b.battle_id for b in store.battles(k, "train")]
         assert len(plan) == 96
@@ -58,35 +82,29 @@ def test_killed_run_resumes_without_losses_or_duplicates(tiny_config, cli_env, h
     eval_ids = [b.battle_id for b in store.battles(None, "eval")]
     assert len(eval_ids) == len(set(eval_ids))
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert [e["iteration"] for e in summary["iterations"]] == [0, *iterations]
+    assert [e["iteration"] for e in summary["iterations"]] == [0, 1, 2]
     assert all(e["battles"] == 96 for e in summary["iterations"][1:])
     assert not list(run_dir.glob("iter-*/train-state"))  # training's checkpoints go once its version is saved
 
     # The same run, never interrupted, plans exactly the same battles: the bandit state and every
     # selection round were restored, not redrawn.
-    assert [[s.battle_id for s in store.plan(k)] for k in iterations] == straight_plans(tiny_config)[:last]
-
-
-_STRAIGHT: list[list[list[str]]] = []
+    assert [[s.battle_id for s in store.plan(k)] for k in (1, 2)] == straight_plans(tiny_config)
 
 
 def straight_plans(tiny_config) -> list[list[str]]:
-    """The battle ids that the killed runs' config plans in iterations 1 and 2 when never
-    interrupted: run once per test process, in this process, without Prefect (run_iteration is
-    what the flow runs too)."""
-    if not _STRAIGHT:
-        from flywheel.stages.context import close_run, open_run
-        from flywheel.stages.iteration import run_to
+    """The battle ids that the killed run's config plans in iterations 1 and 2 when never
+    interrupted: run in this process, without Prefect (run_to is what the flow runs too)."""
+    from flywheel.stages.context import close_run, open_run
+    from flywheel.stages.iteration import run_to
 
-        straight, _ = tiny_config(run__name="straight", select__battles_per_iteration=96, run__shard_size=24)
-        ctx = open_run(straight)
-        try:
-            run_to(ctx, straight.run.iterations)
-        finally:
-            close_run(ctx)
-        ref = RunStore(straight.run.root / "straight")
-        _STRAIGHT.append([[s.battle_id for s in ref.plan(k)] for k in (1, 2)])
-    return _STRAIGHT[0]
+    straight, _ = tiny_config(run__name="straight", select__battles_per_iteration=96, run__shard_size=24)
+    ctx = open_run(straight)
+    try:
+        run_to(ctx, straight.run.iterations)
+    finally:
+        close_run(ctx)
+    ref = RunStore(straight.run.root / "straight")
+    return [[s.battle_id for s in ref.plan(k)] for k in (1, 2)]
 
 
 def test_a_run_directory_made_before_the_stage_restructure_resumes(tiny_models_dir, cli_env, tmp_path):
@@ -172,14 +190,23 @@ def test_a_run_killed_alone_leaves_no_process_behind(tiny_config, cli_env):
     env = {k: v for k, v in cli_env.items() if k != "PREFECT_API_URL"}  # no server: Prefect starts its own
     proc = subprocess.Popen([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    first_shard = cfg.run.root / "alone" / "battles" / "iter-0001-train-r1-s0000.parquet"
+    started = cfg.run.root / "alone" / "config.yaml"  # written once the server is up and the run has begun
+
+    def commands() -> list[str]:
+        try:
+            return [" ".join(c.cmdline()) for c in psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def both(cmds: list[str]) -> bool:
+        return any("uvicorn" in c for c in cmds) and any("flywheel.ground.interrupt WATCH" in c for c in cmds)
+
     deadline = time.time() + 240
-    while not first_shard.exists() and proc.poll() is None and time.time() < deadline:
+    while not (started.exists() and both(commands())) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    assert first_shard.exists(), proc.stderr.read().decode()[-2000:]
+    assert started.exists() and both(commands()), proc.stderr.read().decode()[-2000:]
+    time.sleep(1.5)  # the watchdog looks every 0.5 s: it has seen the server
     children = psutil.Process(proc.pid).children(recursive=True)
-    commands = [" ".join(c.cmdline()) for c in children]
-    assert any("uvicorn" in c for c in commands) and any("flywheel.ground.interrupt WATCH" in c for c in commands)
     proc.kill()
     proc.wait(timeout=30)
     proc.stderr.close()
