@@ -9,6 +9,7 @@ Layout (see data/README.md)::
     <run>/iter-000k/plan-rN.parquet  sft/  dpo/  the selection (per round) and datasets
     <run>/iter-000k/stages/<stage>.json          each finished stage's result
     <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
+    <run>/evolved/iter-000k.jsonl                prompts evolved after iteration k, with their lineage
     <run>/ratings/iter-000k.json|md  history.json  eval-subsets.json  iter-000k-subsets.json|-arena.json
     <run>/models/<name>@<k>/  models/.premerge/  trained versions (and, federated, before merging)
     <run>/cache/generations.sqlite  judgments.sqlite  generation and judge-output caches (SQLite)
@@ -32,9 +33,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flywheel.ground.atomic import append_bytes, atomic_write_json, read_json
+from flywheel.ground.atomic import append_bytes, atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.records import Battle, BattleSpec, JudgedBattle, Judgment, _Row
+from flywheel.ground.records import Battle, BattleSpec, EvolvedPrompt, JudgedBattle, Judgment, _Row
 
 R = TypeVar("R", bound=_Row)
 
@@ -265,6 +266,28 @@ class RunStore:
             if m and m[3] == target and (int(m[1]), int(m[2])) < before:  # names may contain dashes
                 found.append(((int(m[1]), int(m[2])), path))
         return read_json(max(found)[1]) if found else None
+
+    # -- evolved prompts ------------------------------------------------------------------------
+    def evolved_path(self, k: int) -> Path:
+        """The prompts evolved after iteration ``k``'s battles (``select.evolve``), one JSON row each."""
+        return self.root / "evolved" / f"{iter_name(k)}.jsonl"
+
+    def write_evolved(self, k: int, prompts: list[EvolvedPrompt]) -> None:
+        """Iteration ``k``'s evolved prompts, written whole (a rerun replaces them, never adds)."""
+        atomic_write_text(self.evolved_path(k), "".join(json.dumps(p.to_row()) + "\n" for p in prompts))
+
+    def evolved_iterations(self) -> list[int]:
+        """The iterations whose evolved prompts are on disk, in order."""
+        return sorted(int(p.stem.split("-")[1]) for p in (self.root / "evolved").glob("iter-[0-9][0-9][0-9][0-9].jsonl"))
+
+    def evolved(self, k: int | None = None) -> list[EvolvedPrompt]:
+        """The evolved prompts of iteration ``k``, or (None) of every iteration in order."""
+        out = []
+        for i in [k] if k is not None else self.evolved_iterations():
+            path = self.evolved_path(i)
+            if path.exists():
+                out += [EvolvedPrompt.from_row(json.loads(line)) for line in path.read_text("utf-8").splitlines() if line]
+        return out
 
     # -- append-only shards ----------------------------------------------------------------
     def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:
