@@ -90,7 +90,8 @@ class Evolution:
 class EvolveRequest:
     """One iteration's evolving: ``parents`` rewritten under ``cfg`` in iteration ``k`` of a run
     seeded ``seed``; ``lineage`` holds the evolved prompts so far by id (a parent's generation),
-    ``train_texts`` the texts already in the train pool, ``held`` the eval and validation splits."""
+    ``train_texts`` the texts already in the train pool, ``held`` the eval and validation splits,
+    ``max_level`` the highest level procedural depth may reach."""
 
     parents: list[Prompt]
     cfg: EvolveConfig
@@ -99,6 +100,7 @@ class EvolveRequest:
     lineage: dict[str, EvolvedPrompt]
     train_texts: frozenset[str]
     held: HeldOut
+    max_level: int
 
 
 def _plan(req: EvolveRequest) -> list[tuple[Prompt, list[str]]]:
@@ -118,7 +120,7 @@ def _procedural(req: EvolveRequest, parent: Prompt, order: list[str]) -> tuple[s
     """The first method of ``order`` that applies to the parent, and what it made."""
     for m in order:
         new = procedural(parent, m, random.Random(stable_id(req.seed, req.k, parent.id, m)))
-        if new is not None:
+        if new is not None and new.level <= req.max_level:
             return m, new
     return order[0], None
 

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig
+from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
 from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
 from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
 
@@ -345,22 +345,7 @@ class FlywheelConfig(Strict):
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
         self._rl_is_usable()
-        self._evolver_is_a_player(names)
         return self
-
-    def _evolver_is_a_player(self, names: list[str]) -> None:
-        """select.evolve.evolver: procedural (prompt worlds) or a configured player."""
-        ev = self.select.evolve
-        if not ev.enabled:
-            return
-        if self.world.kind == "games":
-            raise ValueError("select.evolve: a games world plays start positions; there are no prompts to evolve")
-        if ev.evolver != PROCEDURAL and ev.evolver not in names:
-            raise ValueError(f"select.evolve.evolver: {ev.evolver!r} is not a configured player; name a target or an "
-                             f"opponent ({', '.join(names)}) or {PROCEDURAL}")
-        if ev.evolver != PROCEDURAL and self.judge.kind == "verifier":
-            raise ValueError(f"select.evolve.evolver: {ev.evolver}'s prompts have no reference answer, which "
-                             "judge.kind verifier needs; use judge.kind hybrid (or llm), or the procedural evolver")
 
     def _rl_is_usable(self) -> None:
         """GRPO iterations need a reward they can use: a prompt world, groups that fill a batch,

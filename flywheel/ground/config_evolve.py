@@ -33,6 +33,9 @@ class EvolveConfig(Strict):
     methods: list[EvolveMethod] = Field(default_factory=lambda: ["depth", "breadth"], min_length=1,
                                         description="depth (harder: in-depth evolving) and breadth (another task "
                                         "of the same kind: in-breadth evolving), taken in turn.")
+    max_level: int | None = Field(None, ge=1, description="Procedural depth never raises a prompt above this level "
+                                  "(unset: the task suite's top level, world.tasks.levels, beyond which no player "
+                                  "here was pre-trained); at it, the parent's next method is tried.")
     max_chars: int = Field(400, ge=8, description="An evolved prompt longer than this is refused.")
     near_duplicate: float = Field(0.8, gt=0, le=1, description="An evolved prompt whose character 5-gram Jaccard "
                                   "similarity to an eval or validation prompt reaches this is refused (beside exact "

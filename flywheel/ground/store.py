@@ -267,27 +267,21 @@ class RunStore:
                 found.append(((int(m[1]), int(m[2])), path))
         return read_json(max(found)[1]) if found else None
 
-    # -- evolved prompts ------------------------------------------------------------------------
+    # -- evolved prompts (select.evolve): evolved/iter-000k.jsonl, each written whole ------------
     def evolved_path(self, k: int) -> Path:
-        """The prompts evolved after iteration ``k``'s battles (``select.evolve``), one JSON row each."""
         return self.root / "evolved" / f"{iter_name(k)}.jsonl"
 
     def write_evolved(self, k: int, prompts: list[EvolvedPrompt]) -> None:
-        """Iteration ``k``'s evolved prompts, written whole (a rerun replaces them, never adds)."""
         atomic_write_text(self.evolved_path(k), "".join(json.dumps(p.to_row()) + "\n" for p in prompts))
 
     def evolved_iterations(self) -> list[int]:
-        """The iterations whose evolved prompts are on disk, in order."""
         return sorted(int(p.stem.split("-")[1]) for p in (self.root / "evolved").glob("iter-[0-9][0-9][0-9][0-9].jsonl"))
 
     def evolved(self, k: int | None = None) -> list[EvolvedPrompt]:
-        """The evolved prompts of iteration ``k``, or (None) of every iteration in order."""
-        out = []
-        for i in [k] if k is not None else self.evolved_iterations():
-            path = self.evolved_path(i)
-            if path.exists():
-                out += [EvolvedPrompt.from_row(json.loads(line)) for line in path.read_text("utf-8").splitlines() if line]
-        return out
+        """The prompts evolved after iteration ``k``, or (None) after every iteration, in order."""
+        paths = [self.evolved_path(i) for i in ([k] if k is not None else self.evolved_iterations())]
+        return [EvolvedPrompt.from_row(json.loads(line)) for p in paths if p.exists()
+                for line in p.read_text("utf-8").splitlines() if line]
 
     # -- append-only shards ----------------------------------------------------------------
     def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:

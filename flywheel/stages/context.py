@@ -85,8 +85,8 @@ class Context:
                 cells.setdefault(arm_of(p), []).append(p)
             for p in mine:
                 cells.setdefault(evolved_arm(p), []).append(p)
-            self._pools = {stamp: (evolved, {p.id: p for p in self.train_pool + mine + self.eval_split + self.validation},
-                                   dict(sorted(cells.items())))}
+            every = self.train_pool + mine + self.eval_split + self.validation
+            self._pools = {stamp: (evolved, {p.id: p for p in every}, dict(sorted(cells.items())))}
         return self._pools[stamp]
 
     @property

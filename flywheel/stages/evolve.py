@@ -15,7 +15,7 @@ from flywheel.stages.results import EvolveResult
 from flywheel.worlds.evolution import HeldOut
 
 
-def _asker(ctx: Context, k: int):
+def player_asker(ctx: Context, k: int):
     """The player evolver's calls, through the generation cache and usage log (phase ``evolve``)."""
     player = ctx.cfg.select.evolve.evolver
 
@@ -41,8 +41,9 @@ def evolve_prompts(ctx: Context, k: int) -> EvolveResult:
         earlier = [e for e in ctx.evolved if e.iteration != k]
         req = EvolveRequest(parents, cfg, k, ctx.cfg.run.seed, {e.id: e for e in earlier},
                             frozenset(" ".join(p.text.split()) for p in ctx.train_pool + [e.prompt() for e in earlier]),
-                            HeldOut.of(ctx.eval_split + ctx.validation, cfg.near_duplicate))
-        out = evolve(req, None if cfg.evolver == PROCEDURAL else _asker(ctx, k))
+                            HeldOut.of(ctx.eval_split + ctx.validation, cfg.near_duplicate),
+                            cfg.max_level or max(ctx.cfg.world.tasks.levels))
+        out = evolve(req, None if cfg.evolver == PROCEDURAL else player_asker(ctx, k))
         made, refused = out.prompts, dict(sorted(out.refused.items()))
         ctx.store.write_evolved(k, made)
     methods: dict[str, int] = {}

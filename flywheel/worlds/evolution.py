@@ -84,7 +84,9 @@ def _longer(operand: str, rng: random.Random) -> str:
 def deepen(category: str, text: str, rng: random.Random) -> str | None:
     """``text`` with one operand or string a character longer (None: not in the suite's format)."""
     if category.startswith(COMPOSED):
-        inner = deepen(category.removeprefix(COMPOSED), text.removeprefix("rev "), rng) if text.startswith("rev ") else None
+        if not text.startswith("rev "):
+            return None
+        inner = deepen(category.removeprefix(COMPOSED), text.removeprefix("rev "), rng)
         return None if inner is None else "rev " + inner
     if solve(category, text) is None:
         return None
