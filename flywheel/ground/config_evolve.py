@@ -28,8 +28,9 @@ class EvolveConfig(Strict):
                          "the judge must decide prompts without one (judge.kind llm or hybrid).")
     arms: int = Field(2, ge=1, description="How many arms give parents: those whose battles yielded most new training "
                       "examples per battle this iteration (the target lost; mean over targets).")
-    per_iteration: int = Field(24, ge=1, description="Parents rewritten per iteration (each once per method in turn; "
-                               "a parent rewritten before is skipped). Prompts that yielded come first.")
+    per_iteration: int = Field(24, ge=1, description="Parents rewritten per iteration, each once, by the methods in "
+                               "turn (never again by a method it was rewritten by before). Prompts that yielded come "
+                               "first.")
     methods: list[EvolveMethod] = Field(default_factory=lambda: ["depth", "breadth"], min_length=1,
                                         description="depth (harder: in-depth evolving) and breadth (another task "
                                         "of the same kind: in-breadth evolving), taken in turn.")
