@@ -56,9 +56,17 @@ GAMES_HAVE_NO_VALIDATION_ANSWERS = (
 SELF = "self"
 
 
+EVOLVED = "evolved/"  # the arm prefix of evolved prompts (select.evolve)
+
+
 def arm_of(p: Prompt) -> str:
     """The selection arm a prompt belongs to: its category x difficulty cell."""
     return f"{p.category}/L{p.level}"
+
+
+def evolved_arm(p: Prompt) -> str:
+    """The arm of an evolved prompt: its cell under ``evolved/``, apart from the pool's prompts."""
+    return EVOLVED + arm_of(p)
 
 
 def seat(battle_key: str, target: str, opponent: str) -> tuple[str, str]:
@@ -134,6 +142,14 @@ class Selector:
     def from_state(cls, d: dict[str, Any]) -> Selector:
         return cls(d["cells"], d["opponents"], Bandit.from_state(d["prompt"]),
                    {c: Bandit.from_state(b) for c, b in d["per_cell"].items()})
+
+    def add_cells(self, cfg: SelectConfig, cells: list[str]) -> None:
+        """New prompt cells (evolved prompts' arms), each with a fresh opponent bandit."""
+        new = [c for c in cells if c not in self.per_cell]
+        self.prompt.add_arms(new)
+        self.cells = list(self.prompt.arms)
+        for c in new:
+            self.per_cell[c] = Bandit(self.opponents, cfg.policy, cfg.opponent_discount, 0, cfg.exploration)
 
     def choose(self, cfg: SelectConfig, n: int, rng: np.random.Generator,
                opp_win_rates: dict[str, np.ndarray]) -> list[tuple[str, str]]:

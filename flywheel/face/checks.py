@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from flywheel.arena.selection import GAMES_HAVE_NO_VALIDATION_ANSWERS
 from flywheel.ground.chat import template_of
-from flywheel.ground.config import RL_METHODS, FlywheelConfig, PlayerConfig
+from flywheel.ground.config import PROCEDURAL, RL_METHODS, FlywheelConfig, PlayerConfig
 from flywheel.players.registry import resolve
 from flywheel.worlds.realmodels import KNOWN
 from flywheel.worlds.world import world_pools
@@ -127,6 +127,24 @@ def reward_model_problems(cfg: FlywheelConfig) -> list[str]:
     return out
 
 
+def evolve_problems(cfg: FlywheelConfig) -> list[str]:
+    """``select.evolve``: prompts to evolve (not a games world), and an evolver that is the
+    procedural one or a configured player whose prompts the judge can decide."""
+    ev = cfg.select.evolve
+    if not ev.enabled:
+        return []
+    if cfg.world.kind == "games":
+        return ["select.evolve: a games world plays start positions; it has no prompts to evolve"]
+    names = [p.name for p in cfg.targets + cfg.opponents]
+    if ev.evolver != PROCEDURAL and ev.evolver not in names:
+        return [f"select.evolve.evolver: {ev.evolver!r} is not a configured player; name a target or an opponent "
+                f"({', '.join(names)}) or {PROCEDURAL}"]
+    if ev.evolver != PROCEDURAL and cfg.judge.kind == "verifier":
+        return [f"select.evolve.evolver: {ev.evolver}'s prompts have no reference answer, which judge.kind verifier "
+                "needs; use judge.kind hybrid (or llm), or the procedural evolver"]
+    return []
+
+
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = directory_problems(cfg)
@@ -146,6 +164,7 @@ def problems(cfg: FlywheelConfig) -> list[str]:
                 out.append(f"{field}: {e}")
     if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
+    out += evolve_problems(cfg)
     if cfg.world.prompt_pools:
         try:
             world_pools(cfg.world)

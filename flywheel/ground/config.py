@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
 from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
 from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
 
@@ -174,6 +175,7 @@ class SelectConfig(Strict):
     pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
     self_play: bool = Field(False, description="Add an opponent arm 'self': the target plays one of its earlier "
                             "versions (uniformly; in the first iteration, itself).")
+    evolve: EvolveConfig = Field(default_factory=EvolveConfig, description="Evolving prompts (docs/selection.md).")
 
 
 class RatingConfig(Strict):

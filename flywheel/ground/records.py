@@ -207,3 +207,26 @@ class DPOPair(_Row):
     battle_id: str
     iteration: int
     target: str
+
+
+@dataclass(frozen=True)
+class EvolvedPrompt(_Row):
+    """A prompt the evolve stage wrote (``select.evolve``), with its lineage: the prompt it was
+    rewritten from (``parent_id``), how (``method``: depth or breadth; ``evolver``: procedural or
+    a player's name), in which iteration, and its ``generation`` (1 for a rewrite of a pool
+    prompt, one more than its parent's for a rewrite of an evolved one)."""
+
+    id: str
+    text: str
+    category: str
+    level: int
+    reference: str | None
+    parent_id: str
+    method: str
+    evolver: str
+    generation: int
+    iteration: int
+
+    def prompt(self) -> Prompt:
+        """The train prompt it stands for."""
+        return Prompt(self.id, self.text, self.category, self.level, self.reference, "train")

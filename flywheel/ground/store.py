@@ -9,6 +9,7 @@ Layout (see data/README.md)::
     <run>/iter-000k/plan-rN.parquet  sft/  dpo/  the selection (per round) and datasets
     <run>/iter-000k/stages/<stage>.json          each finished stage's result
     <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
+    <run>/evolved/iter-000k.jsonl                prompts evolved after iteration k, with their lineage
     <run>/ratings/iter-000k.json|md  history.json  eval-subsets.json  iter-000k-subsets.json|-arena.json
     <run>/models/<name>@<k>/  models/.premerge/  trained versions (and, federated, before merging)
     <run>/cache/generations.sqlite  judgments.sqlite  generation and judge-output caches (SQLite)
@@ -32,9 +33,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from flywheel.ground.atomic import append_bytes, atomic_write_json, read_json
+from flywheel.ground.atomic import append_bytes, atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.records import Battle, BattleSpec, JudgedBattle, Judgment, _Row
+from flywheel.ground.records import Battle, BattleSpec, EvolvedPrompt, JudgedBattle, Judgment, _Row
 
 R = TypeVar("R", bound=_Row)
 
@@ -265,6 +266,22 @@ class RunStore:
             if m and m[3] == target and (int(m[1]), int(m[2])) < before:  # names may contain dashes
                 found.append(((int(m[1]), int(m[2])), path))
         return read_json(max(found)[1]) if found else None
+
+    # -- evolved prompts (select.evolve): evolved/iter-000k.jsonl, each written whole ------------
+    def evolved_path(self, k: int) -> Path:
+        return self.root / "evolved" / f"{iter_name(k)}.jsonl"
+
+    def write_evolved(self, k: int, prompts: list[EvolvedPrompt]) -> None:
+        atomic_write_text(self.evolved_path(k), "".join(json.dumps(p.to_row()) + "\n" for p in prompts))
+
+    def evolved_iterations(self) -> list[int]:
+        return sorted(int(p.stem.split("-")[1]) for p in (self.root / "evolved").glob("iter-[0-9][0-9][0-9][0-9].jsonl"))
+
+    def evolved(self, k: int | None = None) -> list[EvolvedPrompt]:
+        """The prompts evolved after iteration ``k``, or (None) after every iteration, in order."""
+        paths = [self.evolved_path(i) for i in ([k] if k is not None else self.evolved_iterations())]
+        return [EvolvedPrompt.from_row(json.loads(line)) for p in paths if p.exists()
+                for line in p.read_text("utf-8").splitlines() if line]
 
     # -- append-only shards ----------------------------------------------------------------
     def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:

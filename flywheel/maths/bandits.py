@@ -139,6 +139,19 @@ class Bandit:
             np.maximum(self.pulls, 0, out=self.pulls)
         self.rounds += 1
 
+    def add_arms(self, names: list[str]) -> None:
+        """New arms, unpulled (EXP3: at the mean weight): arms added to a running bandit, as
+        evolved prompt cells are. Names it has already are ignored."""
+        new = [a for a in dict.fromkeys(names) if a not in self.arms]
+        if not new:
+            return
+        pad = lambda a, fill=0.0: np.concatenate([a, np.full(len(new), fill, dtype=a.dtype)])  # noqa: E731
+        self.arms = self.arms + new
+        self.pulls, self.reward_sum, self.reward_sq = pad(self.pulls), pad(self.reward_sum), pad(self.reward_sq)
+        self.log_weights = pad(self.log_weights, float(self.log_weights.mean()))
+        self.total_pulls = pad(self.total_pulls, 0)
+        self.history = deque(tuple(pad(x) for x in entry) for entry in self.history)
+
     # -- persistence and reporting ----------------------------------------------------------
     def state(self) -> dict[str, Any]:
         return {

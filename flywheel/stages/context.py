@@ -12,11 +12,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from flywheel.arena.selection import arm_of
+from flywheel.arena.selection import arm_of, evolved_arm
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text
 from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import dump_config, load_config
-from flywheel.ground.records import PlayerVersion, Prompt, stable_id, versioned
+from flywheel.ground.records import EvolvedPrompt, PlayerVersion, Prompt, stable_id, versioned
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
 from flywheel.stages.results import EvalResult, PromoteResult, VersionEval
@@ -55,7 +55,9 @@ def latest_gpu_shares(store: RunStore, last: int) -> dict[str, float] | None:
 @dataclass
 class Context:
     """What every stage needs: the config, the run directory, the roster (with its player pool)
-    and the three prompt splits."""
+    and the three prompt splits; ``train_pool`` is the world's, the prompts the evolve stage wrote
+    (``evolved``, read from the store whenever another iteration's are on disk) join it in
+    ``prompts`` and ``pool_by_cell``."""
 
     cfg: FlywheelConfig
     store: RunStore
@@ -63,15 +65,38 @@ class Context:
     train_pool: list[Prompt] = field(init=False)
     eval_split: list[Prompt] = field(init=False)
     validation: list[Prompt] = field(init=False)
+    _pools: dict[tuple[int, ...], tuple[list[EvolvedPrompt], dict[str, Prompt], dict[str, list[Prompt]]]] = field(
+        init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.roster = Roster(self.cfg, self.store)
         self.roster.hand_in(latest_gpu_shares(self.store, self.cfg.run.iterations))
         self.train_pool, self.eval_split, self.validation = world_pools(self.cfg.world)
 
-    @functools.cached_property
+    def _pool(self) -> tuple[list[EvolvedPrompt], dict[str, Prompt], dict[str, list[Prompt]]]:
+        """(evolved prompts, every prompt by id, train prompts by arm), built again once the
+        store holds another iteration's evolved prompts."""
+        stamp = tuple(self.store.evolved_iterations())
+        if stamp not in self._pools:
+            evolved = self.store.evolved()
+            mine = [e.prompt() for e in evolved]
+            cells: dict[str, list[Prompt]] = {}
+            for p in self.train_pool:
+                cells.setdefault(arm_of(p), []).append(p)
+            for p in mine:
+                cells.setdefault(evolved_arm(p), []).append(p)
+            every = self.train_pool + mine + self.eval_split + self.validation
+            self._pools = {stamp: (evolved, {p.id: p for p in every}, dict(sorted(cells.items())))}
+        return self._pools[stamp]
+
+    @property
+    def evolved(self) -> list[EvolvedPrompt]:
+        """The prompts evolved so far (``select.evolve``), with their lineage, in iteration order."""
+        return self._pool()[0]
+
+    @property
     def prompts(self) -> dict[str, Prompt]:
-        return {p.id: p for p in self.train_pool + self.eval_split + self.validation}
+        return self._pool()[1]
 
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
@@ -84,12 +109,10 @@ class Context:
         verifier = build_verifier(self.cfg.judge.verifier)
         return lambda response, prompt: verifier.correct(response, prompt.reference)
 
-    @functools.cached_property
+    @property
     def pool_by_cell(self) -> dict[str, list[Prompt]]:
-        cells: dict[str, list[Prompt]] = {}
-        for p in self.train_pool:
-            cells.setdefault(arm_of(p), []).append(p)
-        return dict(sorted(cells.items()))
+        """The train prompts by selection arm: the world's cells, and evolved prompts' arms."""
+        return self._pool()[2]
 
     def current_version(self, target: str, k: int) -> str:
         """The version of ``target`` that plays (and is trained on) in iteration ``k``: the one

@@ -66,6 +66,20 @@ class RewardResult(StageRecord):
 
 
 @dataclass(frozen=True)
+class EvolveResult(StageRecord):
+    """Prompts evolved after the iteration's battles (``select.evolve``): who rewrote them, the arms
+    the parents came from with their yield per battle, how many parents, how many new prompts by
+    method, and how many rewrites were refused, by why (None where a kill came between the
+    prompts' file and this record: the file was kept, the refusals not counted)."""
+
+    evolver: str
+    arms: dict[str, float]
+    parents: int
+    evolved: dict[str, int]
+    refused: dict[str, int] | None = optional()
+
+
+@dataclass(frozen=True)
 class BattleResult(StageRecord):
     planned: int
     logged: int

@@ -19,11 +19,15 @@ def round_budget(total: int, rounds: int, rnd: int) -> int:
 
 
 def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
-    """The target's bandit state after the latest round before (k, rnd), or a fresh one."""
+    """The target's bandit state after the latest round before (k, rnd), or a fresh one; arms
+    the pool has gained since (evolved prompts) join it unpulled."""
     state = ctx.store.latest_bandit_state(target, (k, rnd))
-    if state is not None:
-        return Selector.from_state(state)
-    return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell), selection.opponent_arms(ctx.cfg.select, ctx.roster.opponents))
+    if state is None:
+        return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell),
+                            selection.opponent_arms(ctx.cfg.select, ctx.roster.opponents))
+    sel = Selector.from_state(state)
+    sel.add_cells(ctx.cfg.select, list(ctx.pool_by_cell))  # evolved prompts' arms, new since that state
+    return sel
 
 
 def count_arms(specs: list[BattleSpec]) -> dict[str, int]:
