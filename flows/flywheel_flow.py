@@ -5,8 +5,10 @@ stages is flywheel.stages.iteration's; the work lives in flywheel/."""
 import logging
 import os
 import re
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,16 +76,49 @@ def as_task(name: str, fn: Callable[..., Any]) -> Task:
     return _TASKS[key]
 
 
-@task(**TASK)
-def ensure_models(ctx: Context) -> list[str]:
-    """Build and pre-train the embedded world's tiny models that are missing."""
-    world = ctx.cfg.world
-    players = ctx.cfg.targets + ctx.cfg.opponents
+def build_models(cfg: FlywheelConfig) -> list[str]:
+    """Build and pre-train the embedded world's tiny models that the run's players need and
+    that are missing (or stale); returns their directories."""
+    world = cfg.world
+    players = cfg.targets + cfg.opponents
     # Players by name, and players whose path is one of the world's models (three targets
     # trained from one pre-trained student, say).
     names = [p.name for p in players] + [Path(p.path).name for p in players
                                          if p.path and Path(p.path).resolve().parent == Path(world.models_dir).resolve()]
     return [str(p) for p in bootstrap(world, only=names)]
+
+
+@task(**TASK)
+def ensure_models(ctx: Context) -> list[str]:
+    """The flow's own check that every model it needs is built (a deployment's run builds them
+    here; `flywheel run` has built them while the server started)."""
+    return build_models(ctx.cfg)
+
+
+@contextmanager
+def temporary_server_starting() -> Iterator[None]:
+    """Where no Prefect server is configured (``PREFECT_API_URL``), start Prefect's temporary one
+    in a background thread while the body runs (pre-training the tiny models, on a fresh
+    checkout), and wait for it after. A start that fails here is tried again by the flow."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    def start() -> None:
+        try:
+            SubprocessASGIServer().start()
+        except Exception as e:  # noqa: BLE001 - the flow's client starts it again and reports why
+            log.debug("the temporary Prefect server did not start early: %s", e)
+
+    starting = threading.Thread(target=start, name="prefect-server-start", daemon=True)
+    starting.start()
+    try:
+        yield
+    finally:
+        starting.join()
 
 
 class PrefectRunner:
@@ -229,6 +264,8 @@ def run_flywheel(cfg: FlywheelConfig, resume: str | None = None, **kw: Any) -> s
     else:
         run_cfg = cfg = cfg.model_copy(deep=True)
         cfg.run.name = name = cfg.run.name or new_run_id()
+    with temporary_server_starting():
+        build_models(run_cfg)
     with tags("flywheel", f"run:{name}"):
         return flywheel.with_options(task_runner=task_runner(run_cfg.run))(cfg, resume, **kw)
 

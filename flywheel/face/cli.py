@@ -31,6 +31,7 @@ from judges.guard import JudgeGuardError
 QUIET_ENV = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel",
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",  # pre-training logs before the flow starts
     # The temporary local Prefect server may start slowly on a busy 2-core machine (default 20 s).
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
