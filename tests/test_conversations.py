@@ -14,6 +14,7 @@ from flywheel.ground.conversation import decode, encode
 from flywheel.ground.records import Battle, BattleSpec, DPOPair, Judgment, Prompt, SFTExample
 from flywheel.ground.store import RunStore
 from flywheel.learning.curation import curate
+from flywheel.stages.results import VersionEval
 from flywheel.worlds.followups import ProceduralAsker, follow_up, two_turn_examples
 from judges.verifier import VerifierJudge
 
@@ -43,6 +44,7 @@ def test_old_rows_read_as_single_turn_and_conversations_round_trip(tmp_path):
     assert not b.multi_turn and b.conversation_a == "" and VerifierJudge().judge([b])[0].winner == "model_a"
     assert Prompt.from_row({"id": "p", "text": "t", "category": "c", "level": 1}).turns == ""
     assert Judgment.from_row({"battle_id": "b", "judge": "v", "winner": "tie"}).turns == ""
+    assert VersionEval.from_json({"accuracy": 0.5, "elo": None, "elo_ci": None}).accuracy_by_turn is None
     assert SFTExample.from_row({k: "x" for k in ("prompt", "completion", "prompt_id", "category", "source_model",
                                                   "battle_id", "target")} | {"iteration": 1}).history == ""
     store = RunStore(tmp_path / "run")
@@ -222,12 +224,14 @@ def test_mt_bench_and_sharegpt_conversations_are_prompt_pools(tmp_path):
         {"from": "human", "value": "Tell me more"}, {"from": "gpt", "value": "..."}]}])
     p = ingest(share).prompts[0]
     assert (p.text, decode(p.turns)) == ("Hi", ["Tell me more"])
+    plain = jsonl(tmp_path / "plain.jsonl", [{"prompt": "Hi", "follow_ups": ["Tell me more"]}])
+    assert decode(ingest(plain).prompts[0].turns) == ["Tell me more"]  # what `data ingest --out` writes
     bad = jsonl(tmp_path / "bad.jsonl", [
         {"conversations": [{"from": "human", "value": "a"}, {"from": "human", "value": "b"}]},
         {"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "  "}]},
-        {"turns": ["a", ""]}])
+        {"turns": ["a", ""]}, {"prompt": "a", "follow_ups": ["b", " "]}])
     assert [why for _, why in ingest(bad).bad] == ["turn 2: a user turn where an assistant turn belongs",
-                                                   "turn 2 (assistant) is empty", "turn 2 is empty"]
+                                                   "turn 2 (assistant) is empty", "turn 2 is empty", "turn 3 is empty"]
 
 
 def test_bad_conversations_and_an_unknown_asker_are_one_error_line_before_a_run(tmp_path):
@@ -275,3 +279,35 @@ def test_the_arena_export_writes_every_turn_and_rate_reads_it(tmp_path):
     assert not bad and len(read.winner) == 2
     write_rows(rows, tmp_path / "arena.parquet")
     assert len(read_battle_columns(tmp_path / "arena.parquet")[0].winner) == 2
+
+
+def test_an_llm_asker_writes_one_turn_for_both_sides_through_the_player_interface(tiny_models_dir, tmp_path,
+                                                                                  monkeypatch):
+    from flywheel.arena.battles import play_batch
+    from flywheel.players.asker import LLMAsker
+    from flywheel.worlds.world import Roster, world_pools
+    from tests.fakeapi import FakeAPI
+
+    monkeypatch.setenv("FLYWHEEL_TEST_KEY", "fake-test-key-0123456789abcdefghij")
+    with FakeAPI("script") as server:
+        server.script = lambda prompt: "Now reverse it." if "Assistant:" in prompt else "?"
+        tree = {"world": {"models_dir": str(tiny_models_dir), "tasks": {"train_per_cell": 30, "eval_per_cell": 2,
+                                                                         "val_per_cell": 2},
+                          "conversation": {"turns": 2, "asker": "user-sim"}},
+                "askers": [{"name": "user-sim", "kind": "openai", "model": "m", "base_urls": [server.url],
+                            "api_key_env": "FLYWHEEL_TEST_KEY", "max_retries": 0}]}
+        cfg = FlywheelConfig.model_validate(tree)
+        store = RunStore(tmp_path / "run")
+        roster = Roster(cfg, store)
+        assert isinstance(roster.asker(), LLMAsker)
+        prompts = {p.id: p for p in world_pools(cfg.world).train[:2]}
+        play_batch(roster, store, [BattleSpec(f"b{i}", 1, "train", pid, "student", "generalist")
+                                   for i, pid in enumerate(prompts)], prompts)
+        asked = [r["body"]["messages"][-1]["content"] for r in server.requests]
+    assert len(asked) == 2 and all("User: " in a and "Assistant: " in a for a in asked)  # one call per battle
+    for b in store.battles(1, "train"):
+        ca, cb = decode(b.conversation_a), decode(b.conversation_b)
+        assert ca[2] == cb[2] == {"role": "user", "content": "Now reverse it."}  # no reference: not checkable
+        assert json.loads(VerifierJudge().judge([b])[0].turns)["a"][1] is None
+    roster.asker().close()
+    roster.pool.release()

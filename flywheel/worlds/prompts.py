@@ -10,7 +10,8 @@ Layouts (``auto`` tells them apart per row by their fields):
 - ``arena-hard``: ``question.jsonl`` rows with ``turns: [{"content": ...}]`` (arena-hard) or
   ``turns: ["...", "..."]`` (MT-Bench: a second turn becomes the prompt's ``turns``),
   ``question_id``, ``category`` (or ``cluster``);
-- ``plain``: ``prompt`` (or ``text``), optional ``category``, ``level``, ``reference``.
+- ``plain``: ``prompt`` (or ``text``), optional ``category``, ``level``, ``reference``, and
+  ``follow_ups`` (the later user turns of a conversation, a list of texts).
 
 Every prompt gets a category (its row's, else the pool's default) and a level (1 unless the row
 says), which make its selection arm. Prompts are deduplicated by whitespace-normalised text.
@@ -91,7 +92,17 @@ def _text(row: dict[str, Any], layout: str) -> str | tuple[str, list[str]]:
             if not isinstance(t, str) or not t.strip():
                 raise ValueError("'turns' has no first turn with 'content'" if i == 1 else f"turn {i} is empty")
         return texts[0], texts[1:]
-    return _field(row, "prompt", "text")
+    text = _field(row, "prompt", "text")
+    later = row.get("follow_ups")
+    if later in (None, "", []):
+        return text
+    later = json.loads(later) if isinstance(later, str) else later
+    if not isinstance(later, list) or not all(isinstance(t, str) for t in later):
+        raise ValueError("'follow_ups' is not a list of texts")
+    for i, t in enumerate(later, 2):
+        if not t.strip():
+            raise ValueError(f"turn {i} is empty")
+    return text, later
 
 
 def _split(got: str | tuple[str, list[str]]) -> tuple[str, list[str]]:
