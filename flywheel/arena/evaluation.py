@@ -52,7 +52,7 @@ def conversation_accuracy(conversations: dict[str, list[Message]], prompts: list
     once (a prompt without a conversation: its turns wrong, as many as the longest has)."""
     by_cat: dict[str, list[bool]] = {}
     by_turn: dict[int, list[bool]] = {}
-    width = max((len(turn_results(c, prompts[0], correct)) for c in conversations.values()), default=1) if prompts else 1
+    width = max((sum(1 for m in c if m["role"] == "user") for c in conversations.values()), default=1)
     for p in prompts:
         got = turn_results(conversations[p.id], p, correct) if p.id in conversations else [False] * width
         for t, ok in enumerate(got):
