@@ -311,3 +311,25 @@ def test_an_llm_asker_writes_one_turn_for_both_sides_through_the_player_interfac
         assert json.loads(VerifierJudge().judge([b])[0].turns)["a"][1] is None
     roster.asker().close()
     roster.pool.release()
+
+
+def test_the_multiturn_recipe_and_its_models_differ_from_the_default_only_in_conversations():
+    from pathlib import Path
+
+    from flywheel.ground.config import ModelSpec, WorldConfig
+    from flywheel.ground.config_io import load_config
+    from flywheel.worlds.tinymodels import fingerprint, pretraining_pool
+
+    cfg = load_config(Path(__file__).parents[1] / "flows" / "recipes" / "multiturn.yaml")
+    default = FlywheelConfig()
+    assert (cfg.world.conversation.turns, cfg.world.conversation.asker, cfg.askers[0].kind) == (2, "followups",
+                                                                                               "procedural")
+    same = cfg.world.model_copy(update={"conversation": default.world.conversation, "models_dir": default.world.models_dir})
+    assert cfg.model_copy(update={"askers": [], "world": same}) == default
+    spec, tasks = ModelSpec(name="m", steps=1), {"train_per_cell": 5, "eval_per_cell": 1, "val_per_cell": 1}
+    one, two = WorldConfig(tasks=tasks), WorldConfig(tasks=tasks, conversation={"turns": 2})
+    assert "turns" not in fingerprint(one, spec, 0)["made_with"]  # single-turn models keep their fingerprints
+    assert fingerprint(one, spec, 0)["fingerprint"] != fingerprint(two, spec, 0)["fingerprint"]
+    single, double = pretraining_pool(one, spec, 0), pretraining_pool(two, spec, 0)
+    assert double[:len(single)] == single and len(double) == 2 * len(single)
+    assert all(" " in p.text.split("=", 1)[1] for p in double[len(single):])  # "17+25=42 +7=": second turns
