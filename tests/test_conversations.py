@@ -258,6 +258,16 @@ def test_bad_conversations_and_an_unknown_asker_are_one_error_line_before_a_run(
             assert "Traceback" not in got.output and not root.exists()
 
 
+def test_the_run_report_gives_each_turns_accuracy():
+    from flywheel.ground.reports import turn_table
+
+    summary = {"iterations": [{"eval": {"student@1": {"accuracy": 0.3, "accuracy_by_turn": [0.2, 0.4]}},
+                               "opponents_eval": {"calc": {"accuracy": 0.5, "accuracy_by_turn": [0.45, 0.55]}}}]}
+    lines = turn_table(summary).splitlines()
+    assert lines[0].split() == ["model", "turn_1", "turn_2"] and lines[2].split() == ["student@1", "0.200", "0.400"]
+    assert turn_table({"iterations": [{"eval": {"s@1": {"accuracy": 0.3}}, "opponents_eval": {}}]}) == ""
+
+
 def test_the_arena_export_writes_every_turn_and_rate_reads_it(tmp_path):
     from flywheel.face.battlelog import read_battle_columns
     from flywheel.face.exports import export_arena, write_rows
