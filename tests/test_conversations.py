@@ -6,6 +6,7 @@ conversations refused before a run directory exists."""
 import json
 import shutil
 
+import pytest
 from transformers import AutoTokenizer
 
 from flywheel.ground.chat import messages, raw_prompt
@@ -327,7 +328,7 @@ def test_the_multiturn_recipe_and_its_models_differ_from_the_default_only_in_con
     from pathlib import Path
 
     from flywheel.ground.config import ModelSpec, WorldConfig
-    from flywheel.ground.config_io import load_config
+    from flywheel.ground.config_io import ConfigError, load_config
     from flywheel.worlds.tinymodels import fingerprint, pretraining_pool
 
     cfg = load_config(Path(__file__).parents[1] / "flows" / "recipes" / "multiturn.yaml")
@@ -336,6 +337,11 @@ def test_the_multiturn_recipe_and_its_models_differ_from_the_default_only_in_con
                                                                                                "procedural")
     same = cfg.world.model_copy(update={"conversation": default.world.conversation, "models_dir": default.world.models_dir})
     assert cfg.model_copy(update={"askers": [], "world": same}) == default
+    recipe = Path(__file__).parents[1] / "flows" / "recipes" / "multiturn.yaml"
+    for setting, why in (("evaluate.sampling=active", "conversations are evaluated in full"),
+                         ("train.method=grpo", "not yet from conversations")):
+        with pytest.raises(ConfigError, match=why):
+            load_config(recipe, [setting])
     spec, tasks = ModelSpec(name="m", steps=1), {"train_per_cell": 5, "eval_per_cell": 1, "val_per_cell": 1}
     one, two = WorldConfig(tasks=tasks), WorldConfig(tasks=tasks, conversation={"turns": 2})
     assert "turns" not in fingerprint(one, spec, 0)["made_with"]  # single-turn models keep their fingerprints

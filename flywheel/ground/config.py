@@ -333,8 +333,14 @@ class FlywheelConfig(Strict):
             known = ", ".join(p.name for p in self.askers) or "none"
             raise ValueError(f"world.conversation.asker {asker!r} is not a configured player: name one of askers "
                              f"(configured: {known})")
-        if self.world.kind == "games" and (asker is not None or self.world.conversation.turns > 1):
+        talks = asker is not None or self.world.conversation.turns > 1
+        if self.world.kind == "games" and talks:
             raise ValueError("world.conversation: a games world plays moves, not conversations")
+        if talks and self.evaluate.sampling == "active":
+            raise ValueError("evaluate.sampling: active measures single answers; conversations are evaluated in "
+                             "full (every version against every opponent on every eval prompt)")
+        if talks and any(self.train.method_of(k) in RL_METHODS for k in range(1, self.run.iterations + 1)):
+            raise ValueError("train.method grpo learns from single answers, not yet from conversations: use sft or dpo")
         folded = [n.casefold() for n in names]
         dupes = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if dupes:
