@@ -16,6 +16,10 @@
 - Cache: raw outputs are kept by a hash of (judge model identity, rendered prompt, length limit),
   which covers the template, the question, both responses and their order; a resumed or repeated
   run asks the judge nothing it has already answered.
+- Conversations (``Battle.multi_turn``): the judge reads both whole conversations in a multi-turn
+  template (``<template>_multiturn``, else ``arena_hard_multiturn``: ``{conversation_a}``,
+  ``{conversation_b}``, ``{fence}``), every user turn and every answer in its own fenced block, in
+  both orders; the rendered prompt, and so the cache key, holds the whole history.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment, Prompt, stable_id
 from flywheel.players.base import Player, SamplingParams
 from judges.base import PairwiseJudge
@@ -40,8 +45,13 @@ BOTHBAD_BELOW = 4.0  # scores template: a tie where both score below this is "ti
 Verdict = tuple[str | None, int, tuple[float, float] | None]
 
 
-def load_template(name: str) -> tuple[str, str]:
-    """(template text, verdict format) of a built-in template name or a file path."""
+SINGLE_FIELDS = ("{question}", "{answer_a}", "{answer_b}", "{fence}")
+MULTI_FIELDS = ("{conversation_a}", "{conversation_b}", "{fence}")
+
+
+def load_template(name: str, fields: tuple[str, ...] = SINGLE_FIELDS) -> tuple[str, str]:
+    """(template text, verdict format) of a built-in template name or a file path; ``fields``: the
+    placeholders it must have (``MULTI_FIELDS`` for a multi-turn template)."""
     path = Path(name) if ("/" in name or name.endswith(".txt")) else TEMPLATES / f"{name}.txt"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in TEMPLATES.glob("*.txt")))
@@ -54,10 +64,34 @@ def load_template(name: str) -> tuple[str, str]:
         if not m or m[1] not in FORMATS:
             raise ValueError(f"judge template {path}: first line must be '#! verdict: pairwise|scores'")
         fmt = m[1]
-    for field in ("{question}", "{answer_a}", "{answer_b}", "{fence}"):
+    for field in fields:
         if field not in text:
             raise ValueError(f"judge template {path} lacks {field}")
     return text, fmt
+
+
+def multi_turn_template(name: str) -> str:
+    """The multi-turn template that goes with template ``name``: ``<name>_multiturn`` beside it
+    (built in, or a file next to a template file), else the built-in ``arena_hard_multiturn``."""
+    path = Path(name) if ("/" in name or name.endswith(".txt")) else TEMPLATES / f"{name}.txt"
+    twin = path.with_name(f"{path.stem}_multiturn.txt")
+    return str(twin) if twin.is_file() else "arena_hard_multiturn"
+
+
+def render_conversation(conversation: str, seat: str, fence: str) -> str:
+    """One side's conversation for a multi-turn template: every user turn and every answer in its
+    own fenced block (``<fence> USER TURN 1`` ... ``<fence> END ASSISTANT A TURN 1``)."""
+    blocks, n = [], 0
+    for m in decode(conversation):
+        if m["role"] == "user":
+            n += 1
+            who = f"USER TURN {n}"
+        elif m["role"] == "assistant":
+            who = f"ASSISTANT {seat} TURN {n}"
+        else:
+            continue
+        blocks.append(f"{fence} {who}\n{m['content']}\n{fence} END {who}")
+    return "\n\n".join(blocks)
 
 
 def _unquoted(text: str, quoted: tuple[str, ...]) -> str:
@@ -98,6 +132,13 @@ def _parse(text: str, fmt: str) -> Verdict | None:
     return seat, strength, None
 
 
+def _answers(b: Battle) -> tuple[str, ...]:
+    """The texts a judge's output may quote: both responses, or every turn of both conversations."""
+    if not b.multi_turn:
+        return (b.response_a, b.response_b)
+    return tuple(m["content"] for c in (b.conversation_a, b.conversation_b) for m in decode(c))
+
+
 def _swap(v: Verdict) -> Verdict:
     """A verdict read with the responses swapped, in the battle's own seats."""
     seat, strength, scores = v
@@ -112,6 +153,7 @@ class LLMJudge(PairwiseJudge):
         self.player = player
         self.template_name = Path(template).stem
         self.template, self.format = load_template(template)
+        self.multi_template, self.multi_format = load_template(multi_turn_template(template), MULTI_FIELDS)
         self.both_orders = both_orders
         self.inconsistent = inconsistent
         self.max_parse_retries = max_parse_retries
@@ -127,9 +169,21 @@ class LLMJudge(PairwiseJudge):
         return [self]
 
     def render(self, b: Battle, swap: bool, attempt: int = 0) -> Prompt:
+        if b.multi_turn:
+            return self._render_conversations(b, swap, attempt)
         first, second = (b.response_b, b.response_a) if swap else (b.response_a, b.response_b)
         token = stable_id(self.template, b.prompt, first, second, attempt, "fence", length=12)
         text = self.template.format(question=b.prompt, answer_a=first, answer_b=second, fence=f"###-{token}")
+        return Prompt(stable_id(self.name, b.battle_id, swap, attempt), text, b.category, b.level, None, "judge")
+
+    def _render_conversations(self, b: Battle, swap: bool, attempt: int) -> Prompt:
+        """Both conversations (in the order ``swap`` says) in the multi-turn template, fenced turn by
+        turn with a token of the whole of both: the cache key covers every turn."""
+        first, second = (b.conversation_b, b.conversation_a) if swap else (b.conversation_a, b.conversation_b)
+        token = stable_id(self.multi_template, first, second, attempt, "fence", length=12)
+        fence = f"###-{token}"
+        text = self.multi_template.format(conversation_a=render_conversation(first, "A", fence),
+                                          conversation_b=render_conversation(second, "B", fence), fence=fence)
         return Prompt(stable_id(self.name, b.battle_id, swap, attempt), text, b.category, b.level, None, "judge")
 
     def _outputs(self, prompts: list[Prompt]) -> list[tuple[str | None, str | None]]:
@@ -164,7 +218,7 @@ class LLMJudge(PairwiseJudge):
                 if text is None:
                     out[b.battle_id] = (None, "", error)
                     continue
-                v = parse_verdict(text, self.format, (b.response_a, b.response_b))
+                v = parse_verdict(text, self.multi_format if b.multi_turn else self.format, _answers(b))
                 if v is None:
                     out[b.battle_id] = (None, text, "unparseable verdict")
                     retry.append(b)

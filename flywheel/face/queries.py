@@ -162,6 +162,9 @@ def result_text(run_dir: Path) -> str:
              "\nTarget progress on the held-out eval split:\n", reports.progress_table(summary),
              "\nEval accuracy by category: every target version next to every opponent:\n",
              reports.category_table(summary)]
+    turns = reports.turn_table(summary)
+    if turns:
+        parts += ["\nEval accuracy by turn of the conversations:\n", turns]
     games = reports.games_table(summary)
     if games:
         parts[-2:] = ["\nGames against each opponent on the held-out eval positions (validation_wd: win-or-draw "

@@ -13,6 +13,8 @@ import json
 import logging
 from pathlib import Path
 
+from flywheel.ground.conversation import decode, plain
+
 log = logging.getLogger("flywheel")
 
 
@@ -20,14 +22,27 @@ class ChatTemplateMissing(ValueError):
     """``chat: on`` for a model whose tokenizer has no chat template."""
 
 
-def messages(text: str, system: str | None = None) -> list[dict[str, str]]:
-    """The conversation that asks ``text`` (after ``system``, when there is one)."""
-    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+def messages(text: str, system: str | None = None, history: list[dict] | None = None) -> list[dict[str, str]]:
+    """The conversation that asks ``text`` (after ``system``, when there is one, and the earlier
+    turns of a conversation, ``history``)."""
+    return ([{"role": "system", "content": system}] if system else []) + plain(history or []) + [
+        {"role": "user", "content": text}]
 
 
-def raw_prompt(text: str, system: str | None = None) -> str:
-    """What a model without a chat template reads: the system prompt, a blank line, the prompt."""
-    return f"{system}\n\n{text}" if system else text
+RAW_TURN_SEP = " "  # raw text: between one turn's answer and the next user turn
+
+
+def raw_prompt(text: str, system: str | None = None, history: list[dict] | None = None) -> str:
+    """What a model without a chat template reads: the system prompt, a blank line, the prompt. In
+    a conversation each earlier user turn is followed at once by its answer (the text the model
+    continued it with), and turns are separated by one space: ``17+25=42 +7=``."""
+    earlier = "".join(m["content"] + (RAW_TURN_SEP if m["role"] == "assistant" else "") for m in history or [])
+    return f"{system}\n\n{earlier}{text}" if system else earlier + text
+
+
+def asked(prompt) -> tuple[str, list[dict]]:
+    """(user turn, earlier messages) of a ``Prompt``: what a player is asked."""
+    return prompt.text, decode(prompt.history)
 
 
 def assistant(text: str) -> list[dict[str, str]]:
@@ -88,6 +103,15 @@ def cut_at_stop(text: str, stop: tuple[str, ...] | list[str]) -> str:
     """``text`` up to the first stop string (not included)."""
     cut = min((i for i in (text.find(s) for s in stop if s) if i >= 0), default=len(text))
     return text[:cut]
+
+
+def split_prompt(value, history: str = "") -> tuple[str, list[dict]]:
+    """(last user turn, earlier messages) of a dataset row's prompt: a conversation (its system
+    prompt left out), or text with the row's ``history`` column."""
+    if isinstance(value, str):
+        return value, decode(history)
+    turns = [m for m in value if m.get("role") != "system"]
+    return turns[-1]["content"], plain(turns[:-1])
 
 
 def as_text(value) -> str:

@@ -127,6 +127,16 @@ class GamesConfig(Strict):
         return v
 
 
+class ConversationConfig(Strict):
+    """Multi-turn battles (docs/worlds.md#conversations): how many user turns, and who writes them."""
+
+    turns: int = Field(1, ge=1, le=8, description="User turns per conversation (1: single-turn battles, the "
+                       "default). Turns a prompt gives up front (MT-Bench, ShareGPT pools) come first; the asker "
+                       "writes the rest, from the conversation so far, and both sides get the same turn.")
+    asker: str | None = Field(None, description="The player (one of askers) that writes the follow-up turns; "
+                              "unset: a conversation has only the turns its prompt gives.")
+
+
 class WorldConfig(Strict):
     kind: Literal["tasks", "games"] = Field("tasks", description="tasks: the verifiable task suite (and prompt "
                                             "pools); games: symmetric games played move by move (world.games).")
@@ -135,6 +145,7 @@ class WorldConfig(Strict):
     tasks: TaskSuiteConfig = Field(default_factory=TaskSuiteConfig)
     prompt_pools: list[PromptPoolConfig] = Field([], description="User prompt pools added to the train pool "
                                                  "(deduplicated, and never an eval prompt).")
+    conversation: ConversationConfig = Field(default_factory=ConversationConfig)
     models: list[ModelSpec] = Field(default_factory=_default_models, description="Tiny models.")
     batch_size: int = Field(64, ge=1, description="Pre-training batch size.")
     seed: int = Field(0, description="Pre-training seed (weights and data order).")
@@ -303,6 +314,9 @@ class FlywheelConfig(Strict):
         default_factory=lambda: [PlayerConfig(name=n) for n in ("calc", "scribe", "generalist")],
         min_length=1,
     )
+    askers: list[PlayerConfig] = Field([], description="Players that write users' follow-up turns "
+                                       "(world.conversation.asker names one): kind procedural (the embedded "
+                                       "world's follow-ups) or any player kind, asked with an asker prompt.")
     select: SelectConfig = Field(default_factory=SelectConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     rating: RatingConfig = Field(default_factory=RatingConfig)
@@ -315,7 +329,20 @@ class FlywheelConfig(Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> FlywheelConfig:
-        names = [p.name for p in self.targets + self.opponents]
+        names = [p.name for p in self.targets + self.opponents + self.askers]
+        asker = self.world.conversation.asker
+        if asker is not None and asker not in {p.name for p in self.askers}:
+            known = ", ".join(p.name for p in self.askers) or "none"
+            raise ValueError(f"world.conversation.asker {asker!r} is not a configured player: name one of askers "
+                             f"(configured: {known})")
+        talks = asker is not None or self.world.conversation.turns > 1
+        if self.world.kind == "games" and talks:
+            raise ValueError("world.conversation: a games world plays moves, not conversations")
+        if talks and self.evaluate.sampling == "active":
+            raise ValueError("evaluate.sampling: active measures single answers; conversations are evaluated in "
+                             "full (every version against every opponent on every eval prompt)")
+        if talks and any(self.train.method_of(k) in RL_METHODS for k in range(1, self.run.iterations + 1)):
+            raise ValueError("train.method grpo learns from single answers, not yet from conversations: use sft or dpo")
         folded = [n.casefold() for n in names]
         dupes = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if dupes:

@@ -19,14 +19,16 @@ class ConfigError(ValueError):
 
 
 def _format_error(err: ValidationError) -> str:
+    """One line for one error (``invalid config: train.steps: ...``; a whole-config rule names its
+    fields itself), else one indented line per error."""
     lines = []
     for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "<root>"
+        path = ".".join(str(p) for p in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
-        lines.append(f"{path}: {msg}")
-    return "invalid config:\n  " + "\n  ".join(lines)
+        lines.append(f"{path}: {msg}" if path else msg)
+    return "invalid config: " + lines[0] if len(lines) == 1 else "invalid config:\n  " + "\n  ".join(lines)
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -75,7 +75,11 @@ def _field_names(cls: type) -> dict[str, None]:
 
 @dataclass(frozen=True)
 class Prompt(_Row):
-    """One task prompt. ``reference`` is the checkable answer, when there is one."""
+    """One task prompt. ``reference`` is the checkable answer, when there is one.
+
+    A conversation (``flywheel.ground.conversation``): ``turns`` holds the later user turns given up
+    front (MT-Bench), JSON-encoded; ``history`` the messages before ``text`` when a player is asked
+    in the middle of a conversation. Both are empty for a single-turn prompt."""
 
     id: str
     text: str
@@ -83,6 +87,8 @@ class Prompt(_Row):
     level: int
     reference: str | None = None
     split: str = "train"
+    turns: str = ""
+    history: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,10 +137,19 @@ class Battle(_Row):
     response_b: str
     error: str | None = None
     arm: str = ""
+    conversation_a: str = ""
+    conversation_b: str = ""
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether the battle was a conversation: then ``conversation_a`` / ``_b`` hold each side's
+        messages (JSON; user turns may carry their ``reference``) and ``response_a`` / ``_b`` the
+        last assistant turn. Empty for a single-turn battle (and in logs from before conversations)."""
+        return bool(self.conversation_a)
 
 
 @dataclass(frozen=True)
@@ -143,7 +158,8 @@ class Judgment(_Row):
 
     ``margin`` is the verdict's strength (0 for a tie). ``flip`` says whether the two orders
     disagreed (None when only one order was judged); ``members`` holds a panel's member verdicts
-    as JSON."""
+    as JSON; ``turns``, for a conversation judged turn by turn, each user turn's mark per seat as
+    JSON (``{"a": [1, 0], "b": [1, 1]}``: 1 right, 0 wrong, null unchecked)."""
 
     battle_id: str
     judge: str
@@ -155,6 +171,7 @@ class Judgment(_Row):
     error: str | None = None
     flip: bool | None = None
     members: str = ""
+    turns: str = ""
 
     @property
     def valid(self) -> bool:
@@ -191,11 +208,13 @@ class SFTExample(_Row):
     battle_id: str
     iteration: int
     target: str
+    history: str = ""  # a conversation's earlier messages (JSON), before the user turn ``prompt``
 
 
 @dataclass(frozen=True)
 class DPOPair(_Row):
-    """A curated preference pair from a decisive battle."""
+    """A curated preference pair from a decisive battle (in a conversation: the shared ``history``,
+    then two different answers to the user turn ``prompt``)."""
 
     prompt: str
     chosen: str
@@ -207,6 +226,7 @@ class DPOPair(_Row):
     battle_id: str
     iteration: int
     target: str
+    history: str = ""
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,18 @@ def category_table(summary: dict[str, Any]) -> str:
     return text_table(rows, ["model", "overall", *cats]) if rows else ""
 
 
+def turn_table(summary: dict[str, Any]) -> str:
+    """Conversations: held-out eval accuracy per user turn of every target version (by iteration)
+    and of every opponent (as last evaluated); "" for a single-turn run."""
+    last = (summary.get("iterations") or [{}])[-1]
+    evals = [(name, ev) for e in summary.get("iterations", []) for name, ev in e.get("eval", {}).items()]
+    evals += sorted(last.get("opponents_eval", {}).items())
+    rows = [{"model": name, **{f"turn_{i}": a for i, a in enumerate(ev["accuracy_by_turn"], 1)}}
+            for name, ev in evals if ev.get("accuracy_by_turn")]
+    cols = sorted({c for row in rows for c in row} - {"model"})
+    return text_table(rows, ["model", *cols]) if rows else ""
+
+
 def games_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Games world: every target version's eval results against each opponent (win, draw, loss,
     win-or-draw) and its validation win-or-draw rate."""

@@ -9,11 +9,18 @@ from pathlib import Path
 from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.ground.config import CurateConfig
+from flywheel.ground.conversation import decode, encode, first_differing_turn, plain
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name
 from flywheel.learning.style_filter import style_explained
 
 SFT_COLUMNS = ["prompt", "completion", "prompt_id", "category", "source_model", "battle_id", "iteration", "target"]
 DPO_COLUMNS = ["prompt", "chosen", "rejected", "prompt_id", "category", "chosen_model", "rejected_model", "battle_id", "iteration", "target"]
+
+
+def columns_of(rows: list, columns: list[str]) -> list[str]:
+    """The dataset's columns: ``columns``, and ``history`` (a conversation's earlier turns, JSON)
+    when some row comes from a conversation (single-turn datasets keep their columns)."""
+    return columns + ["history"] if any(getattr(r, "history", "") for r in rows) else columns
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,11 @@ def curate(
         if cfg.include_target_ties and _good_tie(b, judgments.get(b.battle_id)):
             seats = ((b.model_a, b.response_a), (b.model_b, b.response_b))
             mine = next(((m, r) for m, r in seats if base_name(m) in target_set), None)
-            if mine is not None and _unfit(b.prompt, mine[1], cfg, eval_texts) is None:
+            if mine is not None and b.multi_turn:
+                turns = side_turns(b, mine[0], judgments.get(b.battle_id))
+                if _unfit_turns(b.prompt, turns, cfg, eval_texts) is None:
+                    _add_turns(sft, seen_sft, b, mine[0], base_name(mine[0]), turns, cfg.dedup)
+            elif mine is not None and _unfit(b.prompt, mine[1], cfg, eval_texts) is None:
                 model, text = mine
                 key = (base_name(model), b.prompt)
                 if not (cfg.dedup and key in seen_sft):
@@ -65,13 +76,23 @@ def curate(
             if j.winner == "model_a"
             else (b.model_b, b.response_b, b.model_a, b.response_a)
         )
-        why = _unfit(b.prompt, win_text, cfg, eval_texts)
+        turns = side_turns(b, win_model, j) if b.multi_turn else []
+        why = _unfit_turns(b.prompt, turns, cfg, eval_texts) if b.multi_turn else _unfit(b.prompt, win_text, cfg, eval_texts)
         if why is not None:
             dropped[why] += 1
             continue
         target_lost = base_name(lose_model) in target_set
         target_won = base_name(win_model) in target_set
         target = base_name(lose_model if target_lost else win_model)
+        if b.multi_turn:
+            if target_lost or (target_won and cfg.include_target_wins):
+                _add_turns(sft, seen_sft, b, win_model, target, turns, cfg.dedup)
+            pair = differing_turn(b, win_model, j) if target_lost or target_won else None
+            if pair is not None and not (cfg.dedup and (target, pair[0] + "\x1e" + pair[1]) in seen_dpo):
+                seen_dpo.add((target, pair[0] + "\x1e" + pair[1]))
+                dpo.append(DPOPair(pair[1], pair[2], pair[3], b.prompt_id, b.category, win_model, lose_model,
+                                   b.battle_id, b.iteration, target, pair[0]))
+            continue
         if target_lost or (target_won and cfg.include_target_wins):
             if cfg.dedup and (target, b.prompt) in seen_sft:
                 dropped["duplicate"] += 1
@@ -96,6 +117,64 @@ def _unfit(prompt: str, text: str, cfg: CurateConfig, eval_texts: set[str]) -> s
     return None
 
 
+Turn = tuple[str, str, str]  # (history before the user turn as JSON, the user turn, the answer)
+
+
+def _marks(j: Judgment | None, seat: str) -> list:
+    """A seat's per-turn marks in a judgment (``Judgment.turns``: 1 right, 0 wrong), or none."""
+    return json.loads(j.turns).get(seat, []) if j is not None and j.turns else []
+
+
+def side_turns(b: Battle, model: str, j: Judgment | None = None) -> list[Turn]:
+    """Every answer of ``model``'s side of a conversation battle, with the turn it answers and the
+    history before it (the side's own earlier answers; references left out). An answer the judge
+    marked wrong (a verifier's per-turn marks) is left out; the later turns keep it in their history."""
+    seat = "a" if model == b.model_a else "b"
+    msgs = decode(b.conversation_a if seat == "a" else b.conversation_b)
+    marks = _marks(j, seat)
+    answers = [i for i, m in enumerate(msgs) if m["role"] == "assistant" and i > 0]
+    return [(encode(plain(msgs[:i - 1])), msgs[i - 1]["content"], msgs[i]["content"])
+            for t, i in enumerate(answers) if not (t < len(marks) and marks[t] == 0)]
+
+
+def differing_turn(b: Battle, winner: str, j: Judgment | None = None) -> tuple[str, str, str, str] | None:
+    """(shared history, user turn, winner's answer, loser's answer) at the first turn where the two
+    answers differ: a DPO pair shares its history and differs in its final assistant turn. With
+    per-turn marks, only where the winner's answer there is right and the loser's wrong."""
+    a, bb = decode(b.conversation_a), decode(b.conversation_b)
+    i = first_differing_turn(a, bb)
+    if i is None or i == 0:
+        return None
+    seat = "a" if winner == b.model_a else "b"
+    win, lose = (a, bb) if seat == "a" else (bb, a)
+    t = sum(1 for m in a[:i] if m["role"] == "user") - 1
+    mw, ml = _marks(j, seat), _marks(j, "b" if seat == "a" else "a")
+    if t < len(mw) and t < len(ml) and (mw[t] != 1 or ml[t] != 0):
+        return None
+    return encode(plain(a[:i - 1])), a[i - 1]["content"], win[i]["content"], lose[i]["content"]
+
+
+def _unfit_turns(prompt: str, turns: list[Turn], cfg: CurateConfig, eval_texts: set[str]) -> str | None:
+    """Why a conversation side may not become training data: its first turn an eval prompt, or an
+    answer too long or too short (the first reason found), or None."""
+    for _, _, answer in turns or [("", "", "")]:
+        why = _unfit(prompt, answer, cfg, eval_texts)
+        if why is not None:
+            return why
+    return None
+
+
+def _add_turns(sft: list[SFTExample], seen: set[tuple[str, str]], b: Battle, model: str, target: str,
+               turns: list[Turn], dedup: bool) -> None:
+    """One SFT row per answer of a conversation side: its history, the user turn, the answer."""
+    for history, text, answer in turns:
+        key = (target, f"{history}\x1e{text}" if history else text)
+        if dedup and key in seen:
+            continue
+        seen.add(key)
+        sft.append(SFTExample(text, answer, b.prompt_id, b.category, model, b.battle_id, b.iteration, target, history))
+
+
 def _good_tie(b: Battle, j: Judgment | None) -> bool:
     """A played battle judged a tie with both answers good (never ``tie (bothbad)``)."""
     return b.ok and j is not None and j.winner == "tie"
@@ -114,10 +193,10 @@ def decisive(b: Battle, j: Judgment | None, dropped: dict[str, int]) -> Judgment
 
 def conversational(rows: list, columns: list[str], systems: dict[str, str | None]) -> dict[str, list]:
     """The columns of ``rows`` in TRL's conversational format: ``prompt`` is the conversation that
-    asks it (the row's target's system prompt, then the user turn), ``completion`` / ``chosen`` /
-    ``rejected`` are one assistant turn each."""
+    asks it (the row's target's system prompt, a conversation's earlier turns, then the user turn),
+    ``completion`` / ``chosen`` / ``rejected`` are one assistant turn each."""
     data = {c: [getattr(r, c) for r in rows] for c in columns}
-    data["prompt"] = [messages(r.prompt, systems.get(r.target)) for r in rows]
+    data["prompt"] = [messages(r.prompt, systems.get(r.target), decode(getattr(r, "history", ""))) for r in rows]
     for c in TEXT_COLUMNS[1:]:
         if c in data:
             data[c] = [assistant(x) for x in data[c]]

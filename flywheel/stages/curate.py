@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from flywheel.ground.records import PlayerVersion, stable_id
-from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
+from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, columns_of, curate, dataset_card, save_dataset
 from flywheel.learning.game_curation import MISSED as GAME_MISSED
 from flywheel.learning.game_curation import RULES as GAME_RULES
 from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
@@ -50,5 +50,5 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
             + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))
         card = dataset_card(kind, k, rows, ctx.judge.name, ctx.cfg.curate, cur.dropped, players=players, chat=chat,
                             rule=rule)
-        counts[kind] = save_dataset(rows, cols, ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
+        counts[kind] = save_dataset(rows, columns_of(rows, cols), ctx.store.dataset_dir(k, kind), card, {"kind": kind, **lineage}, systems)
     return CurateResult(counts["sft"], counts["dpo"], cur.dropped)

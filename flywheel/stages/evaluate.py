@@ -10,12 +10,14 @@ from typing import Any
 import numpy as np
 
 from flywheel.arena.battles import generate_cached, judge_pending, play_battles
-from flywheel.arena.evaluation import SUBSET_RULES, accuracy, eval_subsets
+from flywheel.arena.conversations import converse
+from flywheel.arena.evaluation import SUBSET_RULES, accuracy, conversation_accuracy, eval_subsets
 from flywheel.arena.game_scores import tally, win_or_draw
 from flywheel.arena.games import play_games
 from flywheel.arena.selection import arm_of, seat
 from flywheel.ground import reports
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
+from flywheel.ground.conversation import decode
 from flywheel.ground.records import SCORE_A, BattleSpec, JudgedBattle, stable_id, versioned
 from flywheel.ground.store import iter_name
 from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
@@ -43,19 +45,28 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
         for m in versions + ctx.roster.opponents:
             got = generate_cached(ctx.roster, ctx.store, m, ctx.eval_split, k, "eval")
             responses[m] = {pid: g.text for pid, g in got.items() if g.ok}
+    talks: dict[str, dict[str, list]] = {}  # conversations: model -> prompt id -> messages
     for bt in ctx.store.battles(k, "eval"):
-        responses.setdefault(bt.model_a, {})[bt.prompt_id] = bt.response_a
-        responses.setdefault(bt.model_b, {})[bt.prompt_id] = bt.response_b
+        for m, answer, conv in ((bt.model_a, bt.response_a, bt.conversation_a), (bt.model_b, bt.response_b,
+                                                                                 bt.conversation_b)):
+            if conv:
+                talks.setdefault(m, {})[bt.prompt_id] = decode(conv)
+                answer = next((x["content"] for x in talks[m][bt.prompt_id] if x["role"] == "assistant"), "")
+            responses.setdefault(m, {})[bt.prompt_id] = answer  # (a conversation's first answer)
     subsets = _subset_boards(ctx, k, {m: responses.get(m, {}) for m in ctx.roster.opponents})
     evals: dict[str, VersionEval] = {}
     for m in versions + ctx.roster.opponents:
-        acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split, ctx.correct)
+        by_turn = None
+        if m in talks:
+            acc, by_cat, by_turn = conversation_accuracy(talks[m], ctx.eval_split, ctx.correct)
+        else:
+            acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split, ctx.correct)
         r = by_model.get(m)
         in_subsets = {name: next((x["rating"] for x in rows if x["model"] == m), None) for name, rows in subsets.items()}
         target = m in versions
         evals[m] = VersionEval(acc, by_cat, r.rating if r else None, [r.lower, r.upper] if r else None, in_subsets,
                                _reference_loss(ctx, m, ctx.eval_split) if target else None,
-                               validate(ctx, m, k) if target else None)
+                               validate(ctx, m, k) if target else None, accuracy_by_turn=by_turn)
     rows = [r.to_dict() for r in by_model.values()]
     _publish(ctx, k, rows)
     return EvalResult(evals, rows)
@@ -182,6 +193,11 @@ def _reference_loss(ctx: Context, version: str, prompts: list) -> float | None:
 def validate(ctx: Context, version: str, k: int) -> Validation:
     """A target version's accuracy on the validation split (and, where it scores references,
     the loss of its reference answers): what steers the run, never the eval split."""
+    if ctx.roster.asker() is not None or any(p.turns for p in ctx.validation):  # conversations
+        talks = converse(ctx.roster, ctx.store, [(p, [version]) for p in ctx.validation], k, "validation")
+        acc, by_cat, by_turn = conversation_accuracy({p.id: t[0].messages for p, t in zip(ctx.validation, talks)},
+                                                     ctx.validation, ctx.correct)
+        return Validation(len(ctx.validation), acc, by_cat, _reference_loss(ctx, version, ctx.validation), by_turn)
     answers = generate_cached(ctx.roster, ctx.store, version, ctx.validation, k, "validation")
     acc, by_cat = accuracy({pid: g.text for pid, g in answers.items() if g.ok}, ctx.validation, ctx.correct)
     return Validation(len(ctx.validation), acc, by_cat, _reference_loss(ctx, version, ctx.validation))

@@ -172,6 +172,8 @@ class Validation(StageRecord):
     accuracy: float
     accuracy_by_category: dict[str, float]
     loss: float | None = optional()
+    # conversations: the accuracy of each user turn (``accuracy`` pools every checked turn)
+    accuracy_by_turn: list[float] | None = optional()
 
 
 @dataclass(frozen=True)
@@ -189,13 +191,16 @@ class VersionEval(StageRecord):
     validation: Validation | None = optional()
     # games world: per opponent, the games, wins, draws, losses and win-or-draw rate
     games: dict[str, dict[str, float]] | None = optional()
+    # conversations: the accuracy of each user turn (``accuracy`` pools every checked turn)
+    accuracy_by_turn: list[float] | None = optional()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VersionEval:
         val = data.get("validation")
         return cls(data["accuracy"], data.get("accuracy_by_category", {}), data.get("elo"), data.get("elo_ci"),
                    data.get("elo_by_subset", {}), data.get("eval_loss"),
-                   Validation.from_json(val) if val is not None else None, data.get("games"))
+                   Validation.from_json(val) if val is not None else None, data.get("games"),
+                   data.get("accuracy_by_turn"))
 
     def standing(self, measure: str) -> float | None:
         """The version's standing for steering: its validation ``accuracy``, or minus its

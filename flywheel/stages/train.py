@@ -10,7 +10,7 @@ import logging
 import shutil
 
 from flywheel.ground.atomic import atomic_write_text
-from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, messages
+from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, messages, raw_prompt, split_prompt
 from flywheel.ground.config import RL_METHODS
 from flywheel.ground.records import SCORE_A, Battle, PlayerVersion, base_name, stable_id, versioned
 from flywheel.learning.allocation import Allocation
@@ -281,15 +281,17 @@ def pools_traces(ctx: Context, k: int) -> bool:
 
 def shape_for(data, chat: bool, system: str | None):
     """Rows of either format as the target reads them: conversations asked with its own system
-    prompt (a chat target; pooled rows may come from another target's battles), or plain text."""
+    prompt (a chat target; pooled rows may come from another target's battles), or plain text; a
+    row from a conversation keeps its earlier turns (``flywheel.ground.chat.raw_prompt`` in text)."""
     def row(r: dict) -> dict:
-        out = {"prompt": messages(as_text(r["prompt"]), system) if chat else as_text(r["prompt"])}
+        text, history = split_prompt(r["prompt"], r.get("history") or "")
+        out = {"prompt": messages(text, system, history) if chat else raw_prompt(text, None, history)}
         for c in TEXT_COLUMNS[1:]:
             if c in r:
                 out[c] = assistant(as_text(r[c])) if chat else as_text(r[c])
         return out
 
-    cols = [c for c in TEXT_COLUMNS if c in data.column_names]
+    cols = [c for c in (*TEXT_COLUMNS, "history") if c in data.column_names]
     return data.select_columns(cols).map(row, remove_columns=cols, keep_in_memory=True)
 
 

@@ -4,10 +4,14 @@ Layouts (``auto`` tells them apart per row by their fields):
 
 - ``alpaca``: ``instruction`` (+ ``input``, appended after a blank line); ``output`` is a sample
   answer, not a checkable reference, and is not used;
-- ``sharegpt``: ``conversations`` (or ``messages``): the first human/user turn;
-- ``arena-hard``: ``question.jsonl`` rows with ``turns: [{"content": ...}]``, ``question_id``,
-  ``category`` (or ``cluster``);
-- ``plain``: ``prompt`` (or ``text``), optional ``category``, ``level``, ``reference``.
+- ``sharegpt``: ``conversations`` (or ``messages``): its user turns (the first is the prompt, the
+  later ones its ``turns``; the assistant's answers are samples, not used). The turns must take
+  turns, user first (after an optional system message), and none may be empty;
+- ``arena-hard``: ``question.jsonl`` rows with ``turns: [{"content": ...}]`` (arena-hard) or
+  ``turns: ["...", "..."]`` (MT-Bench: a second turn becomes the prompt's ``turns``),
+  ``question_id``, ``category`` (or ``cluster``);
+- ``plain``: ``prompt`` (or ``text``), optional ``category``, ``level``, ``reference``, and
+  ``follow_ups`` (the later user turns of a conversation, a list of texts).
 
 Every prompt gets a category (its row's, else the pool's default) and a level (1 unless the row
 says), which make its selection arm. Prompts are deduplicated by whitespace-normalised text.
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flywheel.ground.conversation import check_roles, encode, normalized
 from flywheel.ground.records import Prompt, stable_id
 from flywheel.ground.row_files import BadRow, read_row_file
 
@@ -58,7 +63,8 @@ def _field(row: dict[str, Any], *names: str) -> str:
     raise ValueError(f"no '{names[0]}'" + (f" (or '{names[1]}') field" if len(names) > 1 else ""))
 
 
-def _text(row: dict[str, Any], layout: str) -> str:
+def _text(row: dict[str, Any], layout: str) -> str | tuple[str, list[str]]:
+    """The row's prompt: its text, or (first user turn, later user turns) of a conversation."""
     if layout == "alpaca":
         text, extra = _field(row, "instruction"), row.get("input") or ""
         if not isinstance(extra, str):
@@ -70,20 +76,39 @@ def _text(row: dict[str, Any], layout: str) -> str:
             turns = json.loads(turns)
         if not isinstance(turns, list):
             raise ValueError("'conversations' is not a list of turns")
-        for t in turns:
-            if isinstance(t, dict) and str(t.get("from", t.get("role", ""))).lower() in HUMAN:
-                value = t.get("value", t.get("content"))
-                if isinstance(value, str):
-                    return value
-        raise ValueError("no human or user turn")
+        if not any(isinstance(t, dict) and str(t.get("from", t.get("role", ""))).lower() in HUMAN for t in turns):
+            raise ValueError("no human or user turn")
+        check_roles(turns)
+        users = [m["content"] for m in normalized(turns) if m["role"] == "user"]
+        return users[0], users[1:]
     if layout == "arena-hard":
         turns = row.get("turns")
         if isinstance(turns, str):
             turns = json.loads(turns)
-        if not isinstance(turns, list) or not turns or not isinstance(turns[0], dict) or "content" not in turns[0]:
+        if not isinstance(turns, list) or not turns:
             raise ValueError("'turns' has no first turn with 'content'")
-        return str(turns[0]["content"])
-    return _field(row, "prompt", "text")
+        texts = [t.get("content") if isinstance(t, dict) else t for t in turns]  # arena-hard's dicts, MT-Bench's texts
+        for i, t in enumerate(texts, 1):
+            if not isinstance(t, str) or not t.strip():
+                raise ValueError("'turns' has no first turn with 'content'" if i == 1 else f"turn {i} is empty")
+        return texts[0], texts[1:]
+    text = _field(row, "prompt", "text")
+    later = row.get("follow_ups")
+    if later in (None, "", []):
+        return text
+    later = json.loads(later) if isinstance(later, str) else later
+    if not isinstance(later, list) or not all(isinstance(t, str) for t in later):
+        raise ValueError("'follow_ups' is not a list of texts")
+    for i, t in enumerate(later, 2):
+        if not t.strip():
+            raise ValueError(f"turn {i} is empty")
+    return text, later
+
+
+def _split(got: str | tuple[str, list[str]]) -> tuple[str, list[str]]:
+    """(first turn, later turns) of what ``_text`` read, stripped."""
+    text, later = (got, []) if isinstance(got, str) else got
+    return text.strip(), [t.strip() for t in later]
 
 
 def _level(value: Any) -> int:
@@ -124,7 +149,7 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
             continue
         try:
             kind = detect(row) if layout == "auto" else layout
-            text = _text(row, kind).strip()
+            text, later = _split(_text(row, kind))
             if not text:
                 raise ValueError("empty prompt")
             level = _level(row.get("level"))
@@ -139,12 +164,15 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
         cat = str(row.get("category") or row.get("cluster") or category)
         ref = row.get("reference", row.get("answer"))
         pid = str(row.get("question_id") or row.get("id") or stable_id("pool", key))
-        out.prompts.append(Prompt(stable_id("user", pid, key), text, cat, level,
-                                  None if ref in (None, "") else str(ref), "train"))
+        out.prompts.append(Prompt(stable_id("user", pid, key, *later), text, cat, level,
+                                  None if ref in (None, "") else str(ref), "train", encode(later)))
     return out
 
 
 def bad_rows_message(bad: list[tuple[str, str]], limit: int = 10) -> str:
+    """The bad rows of a pool: one line for one (``file:line: why``), else a count and a line each."""
+    if len(bad) == 1:
+        return f"{bad[0][0]}: {bad[0][1]}"
     lines = [f"  {where}: {why}" for where, why in bad[:limit]]
     more = f"\n  ... and {len(bad) - limit} more" if len(bad) > limit else ""
     return f"{len(bad)} bad row(s):\n" + "\n".join(lines) + more

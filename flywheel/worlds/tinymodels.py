@@ -20,6 +20,7 @@ import torch
 from flywheel.ground.checkpoints import save_checkpoint
 from flywheel.ground.config import ModelSpec, WorldConfig
 from flywheel.ground.records import Prompt, stable_id
+from flywheel.worlds.followups import two_turn_examples
 from flywheel.worlds.game_pools import game_splits
 from flywheel.worlds.game_pools import pretraining_pool as game_pool
 from flywheel.worlds.tasks import SUITE_VERSION, build_suite, take_validation
@@ -124,6 +125,8 @@ def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
     batch size and the seed. Stored with the model as ``flywheel-model.json``."""
     made = {"tasks": world.tasks.model_dump(mode="json"), "suite": SUITE_VERSION,
             "model": spec.model_dump(mode="json"), "batch_size": world.batch_size, "seed": seed}
+    if world.conversation.turns > 1:  # (kept out otherwise, likewise) second turns in the pool
+        made["turns"] = 2
     if world.kind == "games":  # (kept out otherwise: task models keep their fingerprints)
         made = {"games": world.games.model_dump(mode="json", exclude=NOT_PRETRAINING), "model": spec.model_dump(mode="json"),
                 "batch_size": world.batch_size, "seed": seed}
@@ -143,7 +146,8 @@ def _stale(out: Path, want: dict) -> str | None:
 
 def pretraining_pool(world: WorldConfig, spec: ModelSpec, seed: int) -> list[Prompt]:
     """What a model pre-trains on: the task suite's train pool in its categories (never the
-    validation or eval split); in a games world, random legal moves in random play-outs of its
+    validation or eval split), in a multi-turn world (``world.conversation.turns`` > 1) with each
+    prompt's second turn too (``flywheel.worlds.followups``); in a games world, random legal moves in random play-outs of its
     games (never in an eval or validation start position)."""
     if world.kind == "games":
         _, evals, validation = game_splits(world.games)
@@ -151,7 +155,8 @@ def pretraining_pool(world: WorldConfig, spec: ModelSpec, seed: int) -> list[Pro
                          {p.text for p in evals + validation})
     train, _ = build_suite(world.tasks.seed, world.tasks.train_per_cell, world.tasks.eval_per_cell,
                            world.tasks.categories, world.tasks.levels)
-    return [p for p in take_validation(train, world.tasks.val_per_cell)[0] if p.category in spec.categories]
+    pool = [p for p in take_validation(train, world.tasks.val_per_cell)[0] if p.category in spec.categories]
+    return pool + two_turn_examples(pool) if world.conversation.turns > 1 else pool
 
 
 def bootstrap(world: WorldConfig, force: bool = False, only: list[str] | None = None) -> list[Path]:

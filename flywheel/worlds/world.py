@@ -15,8 +15,10 @@ from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import equal, gpu_memory_shares
 from flywheel.players import Player, SamplingParams, resolve
 from flywheel.players.api import Budget
+from flywheel.players.asker import Asker, LLMAsker
 from flywheel.players.base import PlayerSetup
 from flywheel.players.registry import player_from_config
+from flywheel.worlds.followups import ProceduralAsker
 from flywheel.worlds.game_pools import game_splits
 from flywheel.worlds.prompts import bad_rows_message, ingest
 from flywheel.worlds.tasks import build_suite, meaning, take_validation
@@ -95,6 +97,7 @@ class Roster:
     budget: object = field(init=False)
     pool: PlayerPool = field(init=False, default_factory=PlayerPool)
     gpu_shares: dict[str, float] | None = field(init=False, default=None)
+    _asker: Asker | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
@@ -160,6 +163,20 @@ class Roster:
         weights share it, so a player object's own ``name`` is whichever loaded it first)."""
         pc = self.config(player)
         return self.pool.get((pc.kind, self.identity(player)), lambda: self.build(pc, player))
+
+    def asker(self) -> Asker | None:
+        """The asker ``world.conversation.asker`` names (built once), or None."""
+        name = self.cfg.world.conversation.asker
+        if name is None:
+            return None
+        if self._asker is None:
+            pc = next(p for p in self.cfg.askers if p.name == name)
+            if pc.kind == "procedural":
+                self._asker = ProceduralAsker(name, self.cfg.run.seed)
+            else:
+                self._asker = LLMAsker(self.build(pc, name), SamplingParams(pc.max_new_tokens, pc.temperature,
+                                                                            self.cfg.run.seed, tuple(pc.stop)))
+        return self._asker
 
     def player_class(self, player: str) -> type[Player]:
         """The class of a player's kind (for its capabilities), without loading it."""
