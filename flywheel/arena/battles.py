@@ -60,7 +60,8 @@ def generation_keys(roster: Roster, player: str, prompts: list[Prompt]) -> dict[
     """The generation cache's key of each prompt's answer by ``player``, by prompt id."""
     params = roster.params(player)
     ident = roster.identity(player)
-    return {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed)
+    return {p.id: stable_id(player, ident, p.text, params.max_new_tokens, params.temperature or 0.0, params.seed,
+                            *([p.history] if p.history else []))  # earlier messages change the answer
             for p in prompts}
 
 

@@ -20,14 +20,27 @@ class ChatTemplateMissing(ValueError):
     """``chat: on`` for a model whose tokenizer has no chat template."""
 
 
-def messages(text: str, system: str | None = None) -> list[dict[str, str]]:
-    """The conversation that asks ``text`` (after ``system``, when there is one)."""
-    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+def messages(text: str, system: str | None = None, history: list[dict] | None = None) -> list[dict[str, str]]:
+    """The conversation that asks ``text`` (after ``system``, when there is one, and the earlier
+    messages ``history``: a one-shot example's user/assistant exchange)."""
+    return ([{"role": "system", "content": system}] if system else []) + [
+        {"role": m["role"], "content": m["content"]} for m in history or []] + [{"role": "user", "content": text}]
 
 
-def raw_prompt(text: str, system: str | None = None) -> str:
-    """What a model without a chat template reads: the system prompt, a blank line, the prompt."""
-    return f"{system}\n\n{text}" if system else text
+RAW_TURN_SEP = " "  # raw text: between an earlier answer and the next user turn
+
+
+def raw_prompt(text: str, system: str | None = None, history: list[dict] | None = None) -> str:
+    """What a model without a chat template reads: the system prompt, a blank line, the prompt.
+    Earlier messages come first, each user turn followed at once by its answer and one space
+    (a one-shot example before ``4+2=`` reads ``3+5=8 4+2=``)."""
+    earlier = "".join(m["content"] + (RAW_TURN_SEP if m["role"] == "assistant" else "") for m in history or [])
+    return f"{system}\n\n{earlier}{text}" if system else earlier + text
+
+
+def history_of(prompt) -> list[dict]:
+    """The earlier messages of a ``Prompt`` (its ``history`` decoded; empty when asked alone)."""
+    return json.loads(prompt.history) if getattr(prompt, "history", "") else []
 
 
 def assistant(text: str) -> list[dict[str, str]]:

@@ -75,7 +75,9 @@ def _field_names(cls: type) -> dict[str, None]:
 
 @dataclass(frozen=True)
 class Prompt(_Row):
-    """One task prompt. ``reference`` is the checkable answer, when there is one."""
+    """One task prompt. ``reference`` is the checkable answer, when there is one. ``history``: the
+    messages a player reads before ``text`` (JSON, ``[{"role": "user" | "assistant", "content":
+    ...}]``; a teacher's one-shot example, select.teaching), empty for a prompt asked alone."""
 
     id: str
     text: str
@@ -83,6 +85,7 @@ class Prompt(_Row):
     level: int
     reference: str | None = None
     split: str = "train"
+    history: str = ""
 
 
 @dataclass(frozen=True)
@@ -230,3 +233,33 @@ class EvolvedPrompt(_Row):
     def prompt(self) -> Prompt:
         """The train prompt it stands for."""
         return Prompt(self.id, self.text, self.category, self.level, self.reference, "train")
+
+
+@dataclass(frozen=True)
+class Lesson(_Row):
+    """One lesson of ``select.teaching``: ``teacher`` answered the ``example`` prompt of a cell
+    (``example_answer``; ``example_correct``: it passes the verifier), and the ``target`` (a
+    version) answered a sibling prompt of the same cell without the example (``answer_without``)
+    and after it (``answer_with``). ``lift`` = correct with - correct without, in {-1, 0, 1}: the
+    teacher's reward, mapped to [0, 1]. ``error`` is set where a generation failed (no reward)."""
+
+    lesson_id: str
+    iteration: int
+    round: int
+    target: str
+    teacher: str
+    cell: str
+    example_id: str
+    example_text: str
+    example_answer: str
+    example_correct: bool
+    sibling_id: str
+    sibling_text: str
+    category: str
+    reference: str | None
+    answer_without: str
+    answer_with: str
+    correct_without: bool
+    correct_with: bool
+    lift: float
+    error: str | None = None

@@ -8,6 +8,8 @@ part of the generation-cache key.
 
 from __future__ import annotations
 
+from flywheel.ground.chat import history_of
+from flywheel.ground.chat import messages as chat_messages
 from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
@@ -40,7 +42,7 @@ class AnthropicPlayer(APIPlayer):
             extra["stop_sequences"] = list(params.stop)
         resp = await self._client.messages.create(
             model=self.model, max_tokens=params.max_new_tokens,
-            messages=[{"role": "user", "content": prompt.text}], **extra,
+            messages=chat_messages(prompt.text, None, history_of(prompt)), **extra,
         )
         try:
             text = "".join(b.text for b in resp.content if getattr(b, "type", None) == "text")
