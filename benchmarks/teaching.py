@@ -17,7 +17,8 @@ cells. A lesson scores the student on a sibling prompt alone and after the teach
 Figures: per teacher, its lessons over the runs, the student's accuracy without and with the
 example, and the lift (with - without: mean over the runs and its 95% CI); then the teacher
 bandits' share of the last round's lessons on the teacher with the highest lift (pooled over the
-runs), per run, mean and 95% CI, beside 1 / teachers (a uniform choice). The last line,
+runs), per run, mean and 95% CI, beside 1 / teachers (a uniform choice), and each teacher's share
+of every round's lessons. The last line,
 ``ratio: X``, is that share over the uniform one.
 
     python -m benchmarks.teaching                          # 3 seeds, SmolLM2, the pinned settings below
@@ -35,13 +36,14 @@ from pathlib import Path
 
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, run_all
 
-# Every setting the figures depend on: three seeds of SmolLM2 in about five minutes on two cores.
+# Every setting the figures depend on: three seeds of SmolLM2 in about ten minutes on two
+# shared cores.
 # The lessons are on the six level-1 cells (the tiny teachers are pre-trained on the default suite
-# before the levels are narrowed, so they are not rebuilt): about 50 lessons per cell and run give
+# before the levels are narrowed, so they are not rebuilt): 80 lessons per cell and run give
 # a per-cell bandit over five teachers something to learn from; on the 18 cells of three levels
-# the same lessons leave each bandit about 17.
-PINNED = ["world.tasks.levels=[1]", "select.teaching.enabled=true", "select.teaching.rounds=5",
-          "select.teaching.lessons=60", "select.teaching.policy=thompson", "judge.kind=verifier",
+# the same lessons leave each bandit about 27.
+PINNED = ["world.tasks.levels=[1]", "select.teaching.enabled=true", "select.teaching.rounds=6",
+          "select.teaching.lessons=80", "select.teaching.policy=thompson", "judge.kind=verifier",
           "judge.verifier.extract=final"]
 SMOLLM2 = {"name": "smollm2", "path": "data/models/smollm2", "system_prompt": "Answer with the result only.",
            "max_new_tokens": 16, "batch_size": 32}
@@ -83,6 +85,11 @@ def report(results: list[list], teachers: list[str]) -> None:
         print(f"{t:<12}{pooled[t].lessons:>9}{sum(right) / max(1, len(right)):>15.1%}{pooled[t].without:>9.3f}"
               f"{pooled[t].with_example:>7.3f}{m:>+24.3f} +- {h:.3f}  (runs: {' '.join(f'{x:+.3f}' for x in lifts)})")
     best = max(pooled, key=lambda t: (pooled[t].lift, t))
+    rounds = sorted({x.round for r in results for x in r})
+    print("share of each round's lessons (pooled over the runs): " + "  ".join(f"r{n}" for n in rounds))
+    for t in teachers:
+        row = [[x.teacher == t for r in results for x in r if x.round == n] for n in rounds]
+        print(f"  {t:<12}" + "  ".join(f"{sum(v) / max(1, len(v)):.2f}" for v in row))
     shares = []
     for r in results:
         last = max(x.round for x in r)
