@@ -39,7 +39,8 @@ class VLLMPlayer(Player):
                        stop=list(params.stop) or None)
         t0 = time.perf_counter()
         if self.chat:
-            outs = self.llm.chat([messages(p.text, self.system_prompt, history_of(p)) for p in prompts], sampling, use_tqdm=False)
+            outs = self.llm.chat([messages(p.text, self.system_prompt, history_of(p)) for p in prompts], sampling,
+                                 use_tqdm=False)
         else:
             texts = [raw_prompt(p.text, self.system_prompt, history_of(p)) for p in prompts]
             outs = self.llm.generate(texts, sampling, use_tqdm=False)
