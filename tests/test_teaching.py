@@ -178,3 +178,21 @@ def test_a_teacher_that_is_no_configured_opponent_is_one_error_line_and_no_run_d
         got = CliRunner().invoke(app, [command, *args])
         assert got.exit_code == 2 and got.stderr.strip() == line, got.output
     assert not root.exists()
+
+
+def test_api_players_send_the_example_as_earlier_turns(monkeypatch):
+    """An API student reads the lesson as messages: the example's user and assistant turns, then the question."""
+    monkeypatch.setenv("FLYWHEEL_TEST_KEY", "fake-test-key-0123456789abcdefghij")
+    from tests.fakeapi import FakeAPI
+    from tests.test_api_players import anthropic_player, openai_player
+
+    from flywheel.players.base import SamplingParams
+
+    shot = teaching.one_shot(Prompt("e", "3+5=", "add", 1, "8"), "8", Prompt("s", "4+2=", "add", 1, "6"))
+    want = [{"role": "user", "content": "3+5="}, {"role": "assistant", "content": "8"},
+            {"role": "user", "content": "4+2="}]
+    with FakeAPI() as server:
+        assert openai_player(server).generate([shot], SamplingParams())[0].ok
+        assert anthropic_player(server).generate([shot], SamplingParams())[0].ok
+        sent = [r["body"]["messages"] for r in server.requests]
+    assert sent == [want, want]
