@@ -146,6 +146,25 @@ def evolve_problems(cfg: FlywheelConfig) -> list[str]:
     return []
 
 
+def teaching_problems(cfg: FlywheelConfig) -> list[str]:
+    """``select.teaching``: prompts with reference answers to teach (not a games world), and
+    teachers that are configured opponents."""
+    tc = cfg.select.teaching
+    if not tc.enabled:
+        return []
+    if cfg.world.kind == "games":
+        return ["select.teaching: a games world plays positions without reference answers; it has no lessons to "
+                "verify"]
+    names = [p.name for p in cfg.opponents]
+    if not names and not tc.teachers:
+        return ["select.teaching: no opponent to teach; configure opponents or turn teaching off"]
+    for i, t in enumerate(tc.teachers):
+        if t not in names:
+            return [f"select.teaching.teachers.{i}: {t!r} is not a configured opponent; name one of "
+                    f"{', '.join(names) or '(none)'}"]
+    return []
+
+
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = directory_problems(cfg)
@@ -166,6 +185,7 @@ def problems(cfg: FlywheelConfig) -> list[str]:
     if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
     out += evolve_problems(cfg)
+    out += teaching_problems(cfg)
     if cfg.world.prompt_pools:
         try:
             world_pools(cfg.world)

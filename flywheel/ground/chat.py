@@ -40,9 +40,10 @@ def raw_prompt(text: str, system: str | None = None, history: list[dict] | None 
     return f"{system}\n\n{earlier}{text}" if system else earlier + text
 
 
-def asked(prompt) -> tuple[str, list[dict]]:
-    """(user turn, earlier messages) of a ``Prompt``: what a player is asked."""
-    return prompt.text, decode(prompt.history)
+def history_of(prompt) -> list[dict]:
+    """The earlier messages of a ``Prompt`` (its ``history`` decoded; none when it is asked
+    alone): a conversation's earlier turns, or a teacher's one-shot example."""
+    return decode(getattr(prompt, "history", ""))
 
 
 def assistant(text: str) -> list[dict[str, str]]:

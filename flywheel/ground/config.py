@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
 from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
+from flywheel.ground.config_teach import TeachingConfig  # the tree's select.teaching
 from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
 
 # The embedded task suite's categories, named here so that the config stands alone;
@@ -187,6 +188,8 @@ class SelectConfig(Strict):
     self_play: bool = Field(False, description="Add an opponent arm 'self': the target plays one of its earlier "
                             "versions (uniformly; in the first iteration, itself).")
     evolve: EvolveConfig = Field(default_factory=EvolveConfig, description="Evolving prompts (docs/selection.md).")
+    teaching: TeachingConfig = Field(default_factory=TeachingConfig, description="Opponents teach the targets "
+                                     "with one-shot examples (docs/selection.md).")
 
 
 class RatingConfig(Strict):

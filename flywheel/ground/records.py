@@ -78,8 +78,10 @@ class Prompt(_Row):
     """One task prompt. ``reference`` is the checkable answer, when there is one.
 
     A conversation (``flywheel.ground.conversation``): ``turns`` holds the later user turns given up
-    front (MT-Bench), JSON-encoded; ``history`` the messages before ``text`` when a player is asked
-    in the middle of a conversation. Both are empty for a single-turn prompt."""
+    front (MT-Bench), JSON-encoded; ``history`` the messages before ``text`` (JSON, ``[{"role":
+    "user" | "assistant", "content": ...}]``) when a player is asked in the middle of a conversation
+    or after a teacher's one-shot example (``select.teaching``). Both are empty for a prompt asked
+    alone."""
 
     id: str
     text: str
@@ -250,3 +252,33 @@ class EvolvedPrompt(_Row):
     def prompt(self) -> Prompt:
         """The train prompt it stands for."""
         return Prompt(self.id, self.text, self.category, self.level, self.reference, "train")
+
+
+@dataclass(frozen=True)
+class Lesson(_Row):
+    """One lesson of ``select.teaching``: ``teacher`` answered the ``example`` prompt of a cell
+    (``example_answer``; ``example_correct``: it passes the verifier), and the ``target`` (a
+    version) answered a sibling prompt of the same cell without the example (``answer_without``)
+    and after it (``answer_with``). ``lift`` = correct with - correct without, in {-1, 0, 1}: the
+    teacher's reward, mapped to [0, 1]. ``error`` is set where a generation failed (no reward)."""
+
+    lesson_id: str
+    iteration: int
+    round: int
+    target: str
+    teacher: str
+    cell: str
+    example_id: str
+    example_text: str
+    example_answer: str
+    example_correct: bool
+    sibling_id: str
+    sibling_text: str
+    category: str
+    reference: str | None
+    answer_without: str
+    answer_with: str
+    correct_without: bool
+    correct_with: bool
+    lift: float
+    error: str | None = None

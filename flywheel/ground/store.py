@@ -10,6 +10,8 @@ Layout (see data/README.md)::
     <run>/iter-000k/stages/<stage>.json          each finished stage's result
     <run>/bandits/iter-000k-rN-<target>.json     bandit state after each selection round
     <run>/evolved/iter-000k.jsonl                prompts evolved after iteration k, with their lineage
+    <run>/teaching/iter-000k-rN.jsonl            lessons of teaching round N (select.teaching), written whole
+    <run>/teaching/bandits/iter-000k-rN-<target>.json  teacher bandits after each teaching round
     <run>/ratings/iter-000k.json|md  history.json  eval-subsets.json  iter-000k-subsets.json|-arena.json
     <run>/models/<name>@<k>/  models/.premerge/  trained versions (and, federated, before merging)
     <run>/cache/generations.sqlite  judgments.sqlite  generation and judge-output caches (SQLite)
@@ -35,7 +37,7 @@ import pyarrow.parquet as pq
 
 from flywheel.ground.atomic import append_bytes, atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.records import Battle, BattleSpec, EvolvedPrompt, JudgedBattle, Judgment, _Row
+from flywheel.ground.records import Battle, BattleSpec, EvolvedPrompt, JudgedBattle, Judgment, Lesson, _Row
 
 R = TypeVar("R", bound=_Row)
 
@@ -260,8 +262,11 @@ class RunStore:
 
     def latest_bandit_state(self, target: str, before: tuple[int, int]) -> dict[str, Any] | None:
         """The target's bandit state saved last before (iteration, round) ``before``, if any."""
+        return self._latest_state(self.root / "bandits", target, before)
+
+    def _latest_state(self, folder: Path, target: str, before: tuple[int, int]) -> dict[str, Any] | None:
         found = []
-        for path in (self.root / "bandits").glob("iter-*-r*-*.json"):
+        for path in folder.glob("iter-*-r*-*.json"):
             m = re.fullmatch(r"iter-(\d+)-r(\d+)-(.+)\.json", path.name)
             if m and m[3] == target and (int(m[1]), int(m[2])) < before:  # names may contain dashes
                 found.append(((int(m[1]), int(m[2])), path))
@@ -282,6 +287,28 @@ class RunStore:
         paths = [self.evolved_path(i) for i in ([k] if k is not None else self.evolved_iterations())]
         return [EvolvedPrompt.from_row(json.loads(line)) for p in paths if p.exists()
                 for line in p.read_text("utf-8").splitlines() if line]
+
+    # -- teaching (select.teaching): teaching/iter-000k-rN.jsonl, each written whole -------------
+    def lessons_path(self, k: int, rnd: int) -> Path:
+        return self.root / "teaching" / f"{iter_name(k)}-r{rnd}.jsonl"
+
+    def write_lessons(self, k: int, rnd: int, lessons: list[Lesson]) -> None:
+        atomic_write_text(self.lessons_path(k, rnd), "".join(json.dumps(x.to_row()) + "\n" for x in lessons))
+
+    def lessons(self, k: int | None = None, rnd: int | None = None) -> list[Lesson]:
+        """The lessons of round ``rnd`` of iteration ``k`` (None: every round, every iteration), in order."""
+        pattern = f"{iter_name(k) if k is not None else 'iter-*'}-r{rnd if rnd is not None else '*'}.jsonl"
+        key = lambda p: tuple(int(x) for x in re.findall(r"\d+", p.name))  # noqa: E731
+        return [Lesson.from_row(json.loads(line)) for p in sorted((self.root / "teaching").glob(pattern), key=key)
+                for line in p.read_text("utf-8").splitlines() if line]
+
+    def teacher_bandit_path(self, target: str, k: int, rnd: int) -> Path:
+        """The target's teacher bandits after teaching round ``rnd`` of iteration ``k``."""
+        return self.root / "teaching" / "bandits" / f"{iter_name(k)}-r{rnd}-{target}.json"
+
+    def latest_teacher_state(self, target: str, before: tuple[int, int]) -> dict[str, Any] | None:
+        """The target's teacher bandits saved last before (iteration, round) ``before``, if any."""
+        return self._latest_state(self.root / "teaching" / "bandits", target, before)
 
     # -- append-only shards ----------------------------------------------------------------
     def _append(self, kind: str, prefix: str, rows: list[dict[str, Any]], cls: type, name: str | None = None) -> Path | None:

@@ -8,7 +8,8 @@ part of the generation-cache key.
 
 from __future__ import annotations
 
-from flywheel.ground.chat import asked, messages as chat_messages
+from flywheel.ground.chat import history_of
+from flywheel.ground.chat import messages as chat_messages
 from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
@@ -41,7 +42,7 @@ class AnthropicPlayer(APIPlayer):
             extra["stop_sequences"] = list(params.stop)
         resp = await self._client.messages.create(
             model=self.model, max_tokens=params.max_new_tokens,
-            messages=chat_messages(prompt.text, None, asked(prompt)[1]), **extra,
+            messages=chat_messages(prompt.text, None, history_of(prompt)), **extra,
         )
         try:
             text = "".join(b.text for b in resp.content if getattr(b, "type", None) == "text")

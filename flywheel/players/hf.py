@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from flywheel.ground.chat import asked, cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.chat import cut_at_stop, history_of, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.ground.checkpoints import load_checkpoint
 from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, SamplingParams
@@ -63,13 +63,12 @@ class TransformersPlayer(Player):
 
     def render(self, prompt: Prompt) -> str:
         """The text the model reads for ``prompt``: the chat template's rendering (with the
-        generation prompt), or the raw prompt after the system prompt, if any; in a conversation,
-        with its earlier turns (``flywheel.ground.chat``)."""
+        generation prompt), or the raw prompt after the system prompt, if any; after the prompt's
+        earlier messages, when it has some (``flywheel.ground.chat``)."""
         if self.chat:
-            return self.tokenizer.apply_chat_template(messages(prompt.text, self.system_prompt, asked(prompt)[1]),
-                                                      tokenize=False,
-                                                      add_generation_prompt=True)
-        return raw_prompt(prompt.text, self.system_prompt, asked(prompt)[1])
+            return self.tokenizer.apply_chat_template(messages(prompt.text, self.system_prompt, history_of(prompt)),
+                                                      tokenize=False, add_generation_prompt=True)
+        return raw_prompt(prompt.text, self.system_prompt, history_of(prompt))
 
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
         with LOCAL:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 import os
 
-from flywheel.ground.chat import asked, messages as chat_messages
+from flywheel.ground.chat import history_of
+from flywheel.ground.chat import messages as chat_messages
 from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
 from flywheel.players.base import SamplingParams
@@ -57,7 +58,7 @@ class OpenAIPlayer(APIPlayer):
 
     async def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
         client = self._clients[next(self._next) % len(self._clients)]
-        messages = chat_messages(prompt.text, self.system_prompt, asked(prompt)[1])
+        messages = chat_messages(prompt.text, self.system_prompt, history_of(prompt))
         resp = await client.chat.completions.create(model=self.model, messages=messages, **self.payload(params))
         try:
             text = resp.choices[0].message.content

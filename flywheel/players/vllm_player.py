@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from flywheel.ground.chat import asked, cut_at_stop, messages, note_raw_text, raw_prompt, uses_chat
+from flywheel.ground.chat import cut_at_stop, history_of, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
 
@@ -39,9 +39,10 @@ class VLLMPlayer(Player):
                        stop=list(params.stop) or None)
         t0 = time.perf_counter()
         if self.chat:
-            outs = self.llm.chat([messages(p.text, self.system_prompt, asked(p)[1]) for p in prompts], sampling, use_tqdm=False)
+            outs = self.llm.chat([messages(p.text, self.system_prompt, history_of(p)) for p in prompts], sampling,
+                                 use_tqdm=False)
         else:
-            texts = [raw_prompt(p.text, self.system_prompt, asked(p)[1]) for p in prompts]
+            texts = [raw_prompt(p.text, self.system_prompt, history_of(p)) for p in prompts]
             outs = self.llm.generate(texts, sampling, use_tqdm=False)
         dt = (time.perf_counter() - t0) / max(len(prompts), 1)
         return [Generation(self.name, p.id, cut_at_stop(o.outputs[0].text, params.stop).strip(), None, dt)

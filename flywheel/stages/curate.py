@@ -3,6 +3,7 @@ rules; flywheel/learning/curation.py), with a dataset card and lineage."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from flywheel.ground.records import PlayerVersion, stable_id
@@ -13,6 +14,7 @@ from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
 from flywheel.learning.game_curation import curate_games
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
+from flywheel.stages.teach import taught_sft
 
 
 @stage("curate", CurateResult, publishes="datasets")
@@ -27,6 +29,9 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
                            ctx.cfg.world.games)
     else:
         cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
+        have = {(x.target, x.prompt) for x in cur.sft}  # a taught answer joins where battles made no example
+        cur = replace(cur, sft=cur.sft + [x for x in taught_sft(ctx, k) if (x.target, x.prompt) not in have
+                                          and x.prompt not in no_train])
     contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
     players = {"targets": [m for m in contestants if PlayerVersion.parse(m).k is not None],
                "opponents": [m for m in contestants if PlayerVersion.parse(m).k is None]}

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from flywheel.learning.allocation import Allocation
-from flywheel.stages import allocate, battle, curate, evaluate, evolve, judge, merge, promote, rate, select, train
+from flywheel.stages import (allocate, battle, curate, evaluate, evolve, judge, merge, promote, rate, select, teach,
+                             train)
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import IterationSummary
 from flywheel.stages.summary import completed_iterations, record_iteration
@@ -47,8 +48,8 @@ def run_baseline(ctx: Context, runner: Runner = InProcess()) -> IterationSummary
 
 
 def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> IterationSummary:
-    """select -> battle -> judge -> reward per round, (evolve,) then rate -> curate -> train -> merge -> evaluate ->
-    promote -> allocate; every stage skips itself when its result is on disk (resume)."""
+    """select -> battle -> judge -> reward per round, (teach per teaching round, evolve,) then rate -> curate ->
+    train -> merge -> evaluate -> promote -> allocate; every stage skips itself when its result is on disk (resume)."""
     t0 = time.perf_counter()
     plan = read_stage(ctx.store, k - 1, "allocate", Allocation)
     if plan is None:
@@ -64,6 +65,9 @@ def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> Iterati
             runner.shards("judge-shard", judge.judge_shard, run_dir, k, rnd, n)
         runner.stage("judge", judge.judge_round, ctx, k, rnd)
         runner.stage("reward", select.reward_round, ctx, k, rnd)
+    if ctx.cfg.select.teaching.enabled:  # opponents teach the targets; the best lessons join the SFT data
+        for rnd in range(1, ctx.cfg.select.teaching.rounds + 1):
+            runner.stage("teach", teach.teach_round, ctx, k, rnd)
     if ctx.cfg.select.evolve.enabled:  # new prompts from the arms that yielded most, arms from iteration k + 1
         runner.stage("evolve", evolve.evolve_prompts, ctx, k)
     runner.stage("rate", rate.rate_arena, ctx, k)

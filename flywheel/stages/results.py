@@ -80,6 +80,17 @@ class EvolveResult(StageRecord):
 
 
 @dataclass(frozen=True)
+class TeachResult(StageRecord):
+    """One teaching round (``select.teaching``): lessons per target, failed lessons (a generation
+    failed: no reward), and per teacher its lessons and the targets' accuracy without and with its
+    examples (``{"lessons": n, "without": a, "with": b, "lift": b - a}``)."""
+
+    lessons: dict[str, int]
+    failed: int
+    teachers: dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
 class BattleResult(StageRecord):
     planned: int
     logged: int
