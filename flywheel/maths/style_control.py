@@ -29,7 +29,7 @@ import numpy as np
 
 from flywheel.ground.style import FEATURES
 from flywheel.maths.leaderboard import interval, rating_rows
-from flywheel.maths.ratings import cell_counts, encode, groups, points_matrix, results
+from flywheel.maths.ratings import Rating, cell_counts, encode, groups, points_matrix, results
 from flywheel.maths.style_bootstrap import bootstrap_style
 from flywheel.maths.style_fit import REG, design, fit_style, style_features
 
