@@ -53,6 +53,8 @@ class SelectResult(StageRecord):
     arms: dict[str, int]
     # select.prompt_floor auto: per target, the share of this round's battles spread evenly.
     floors: dict[str, float] | None = optional()
+    # Several askers (world.conversation.asker): battles per asker the asker bandits chose.
+    askers: dict[str, int] | None = optional()
 
 
 @dataclass(frozen=True)
