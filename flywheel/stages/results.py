@@ -277,6 +277,8 @@ class IterationSummary(StageRecord):
     # per target: its method this iteration, GRPO's rewards (scored, failed, mean, flat groups) and
     # a reward model's figures (train.method reward)
     training: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # several askers: per target and asker, this iteration's battles and share, bandit pulls and value
+    askers: dict[str, list[dict[str, Any]]] | None = optional()
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()
