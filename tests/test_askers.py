@@ -57,6 +57,8 @@ def test_the_asker_bandit_spends_most_battles_on_the_asker_whose_conversations_t
     saved = json.loads(ctx.store.bandit_path("student", 1, 4).read_text())
     assert sel.askers.state() == saved["askers"] and sel.askers.arms == ["followups", "parrot"]
     assert sel.askers.means()[0] > sel.askers.means()[1]
+    # the same run with one asker configured now: no asker bandit (no battle names an unconfigured asker)
+    assert load_selector(_context(tmp_path, "followups"), "student", 2, 1).askers is None
 
 
 def test_one_asker_plans_the_battles_of_several_without_an_asker_column(tmp_path):

@@ -156,12 +156,13 @@ class Selector:
                    Bandit.from_state(d["askers"]) if d.get("askers") else None)
 
     def add_askers(self, cfg: SelectConfig, askers: list[str]) -> None:
-        """The configured askers: a bandit over them where there are several (a state saved
-        before them gains one; askers configured since join it unpulled)."""
-        if self.askers is None:
-            self.askers = asker_bandit(cfg, askers)
-        elif len(askers) > 1:
+        """The configured askers, to a restored state: askers configured since join its asker
+        bandit unpulled; a state without one (saved with one asker or none) gains one where there
+        are several now, and one whose arms are no longer all configured starts afresh."""
+        if self.askers is not None and len(askers) > 1 and set(self.askers.arms) <= set(askers):
             self.askers.add_arms(askers)
+        else:
+            self.askers = asker_bandit(cfg, askers)
 
     def add_cells(self, cfg: SelectConfig, cells: list[str]) -> None:
         """New prompt cells (evolved prompts' arms), each with a fresh opponent bandit."""
