@@ -6,9 +6,10 @@
     python -m benchmarks.askers data/runs/askers0 [data/runs/askers1 ...]
 
 Prints, per run, iteration and selection round, each asker's share of the round's planned train
-battles and its yield (judged battles the target lost, i.e. new training examples, per judged
-battle: what the ``yield`` reward pays); then per run and iteration the share of the iteration's
-battles on each asker. Reads the plans and the battle and judgment logs through the run store.
+battles and how often the target lost them (per judged battle: a loss is a training example,
+what the ``yield`` reward pays for, before its one-example-per-prompt rule); then per run and
+iteration the share of the iteration's battles on each asker. Reads the plans and the battle and
+judgment logs through the run store.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from flywheel.ground.store import RunStore
 
 
 def round_rows(run_dir: Path, target: str = "student") -> list[dict]:
-    """One row per (iteration, round, asker): battles planned, share, judged battles, yield."""
+    """One row per (iteration, round, asker): battles planned, share, judged battles, loss rate."""
     store = RunStore(Path(run_dir))
     out = []
     k = 1
@@ -35,7 +36,7 @@ def round_rows(run_dir: Path, target: str = "student") -> list[dict]:
                 scored = [judged[s.battle_id].score_of(target) for s in specs if s.battle_id in judged]
                 out.append({"iteration": k, "round": rnd, "asker": asker or "(one)", "battles": len(specs),
                             "share": len(specs) / len(mine), "judged": len(scored),
-                            "yield": sum(1 for x in scored if x == 0.0) / len(scored) if scored else float("nan")})
+                            "lost": sum(1 for x in scored if x == 0.0) / len(scored) if scored else float("nan")})
             rnd += 1
         k += 1
     return out
@@ -48,10 +49,10 @@ def main() -> None:
     args = ap.parse_args()
     for run in args.runs:
         rows = round_rows(run, args.target)
-        print(f"{run.name}\n{'iter':>4} {'round':>5} {'asker':<12} {'battles':>7} {'share':>6} {'yield':>6}")
+        print(f"{run.name}\n{'iter':>4} {'round':>5} {'asker':<12} {'battles':>7} {'share':>6} {'lost':>6}")
         for r in rows:
             print(f"{r['iteration']:>4} {r['round']:>5} {r['asker']:<12} {r['battles']:>7} {r['share']:>6.2f} "
-                  f"{r['yield']:>6.3f}")
+                  f"{r['lost']:>6.3f}")
         for k in sorted({r["iteration"] for r in rows}):
             these = [r for r in rows if r["iteration"] == k]
             total = sum(r["battles"] for r in these)
