@@ -74,8 +74,6 @@ def test_one_asker_plans_the_battles_of_several_without_an_asker_column(tmp_path
 
 
 def test_the_repeating_asker_asks_the_first_turn_again_with_its_reference(tmp_path):
-    from flywheel.worlds.world import Roster
-
     asker = RepeatingAsker("parrot")
     talk = [{"role": "user", "content": "17+25=", "reference": "42"}, {"role": "assistant", "content": "41"}]
     assert [t.text for t in asker.ask([talk])] == ["17+25="]
@@ -90,8 +88,8 @@ def test_an_asker_list_naming_an_unconfigured_asker_is_one_error_line(tmp_path):
     from flywheel.face.cli import app
 
     root = tmp_path / "runs"
-    got = CliRunner().invoke(app, ["check", "--set", "world.conversation.asker=[followups, nobody]",
-                                   "--set", "askers=[{name: followups, kind: procedural}]", "--set", f"run.root={root}"])
+    got = CliRunner().invoke(app, ["check", "--set", "world.conversation.asker=[followups, nobody]", "--set",
+                                   "askers=[{name: followups, kind: procedural}]", "--set", f"run.root={root}"])
     assert got.exit_code == 2 and got.stderr.strip() == (
         "error: invalid config: world.conversation.asker 'nobody' is not a configured player: name one of askers "
         "(configured: followups)"), got.output

@@ -323,7 +323,8 @@ class FlywheelConfig(Strict):
     )
     askers: list[PlayerConfig] = Field([], description="Players that write users' follow-up turns "
                                        "(world.conversation.asker names one or several): kind procedural (the "
-                                       "embedded world's, see procedure) or any player kind, asked with an asker prompt.")
+                                       "embedded world's, see procedure) or any player kind, asked with an "
+                                       "asker prompt.")
     select: SelectConfig = Field(default_factory=SelectConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     rating: RatingConfig = Field(default_factory=RatingConfig)
