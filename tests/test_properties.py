@@ -121,7 +121,7 @@ def test_parquet_read_as_columns_gives_exactly_the_row_readers_battles(items):
 
 @SETTINGS
 @given(st.sampled_from([".jsonl", ".json", ".csv", ".parquet"]), st.binary(max_size=300),
-       st.sampled_from(["auto", "alpaca", "sharegpt", "arena-hard", "plain"]))
+       st.sampled_from(["auto", "alpaca", "sharegpt", "arena", "arena-hard", "plain"]))
 def test_prompt_ingester_on_random_bytes(suffix, data, layout):
     path = _file(suffix, data)
     try:
@@ -134,7 +134,7 @@ def test_prompt_ingester_on_random_bytes(suffix, data, layout):
 
 @SETTINGS
 @given(st.sampled_from([".jsonl", ".json", ".csv"]), st.lists(rows, min_size=1, max_size=8),
-       st.sampled_from(["auto", "alpaca", "sharegpt", "arena-hard", "plain"]))
+       st.sampled_from(["auto", "alpaca", "sharegpt", "arena", "arena-hard", "plain"]))
 @example(".jsonl", [{"prompt": "hi", "level": float("inf")}, {"prompt": "ho", "level": 2.5}], "auto")  # OverflowError once
 def test_prompt_ingester_on_random_rows(suffix, items, layout):
     path = _file(suffix, _as_bytes(suffix, items))

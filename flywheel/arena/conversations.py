@@ -43,10 +43,11 @@ def turn_prompt(p: Prompt, turn: int, text: str, reference: str | None, history:
 
 
 def converse(roster: Roster, store: RunStore, groups: list[tuple[Prompt, list[str]]], iteration: int,
-             phase: str) -> list[list[Talk]]:
-    """Play every group's conversation: (prompt, players that answer it alike, seat A first).
+             phase: str, asker_name: str = "") -> list[list[Talk]]:
+    """Play every group's conversation: (prompt, players that answer it alike, seat A first), its
+    follow-ups written by the asker named ``asker_name`` (by default the first configured).
     Returns each group's talks, in order."""
-    asker, turns = roster.asker(), roster.cfg.world.conversation.turns
+    asker, turns = roster.asker(asker_name), roster.cfg.world.conversation.turns
     talks = [[Talk(m) for m in members] for _, members in groups]
     given = [user_turns(p.text, p.turns) for p, _ in groups]
     last = max((max(len(g), turns if asker is not None else 1) for g in given), default=0)
@@ -101,10 +102,18 @@ def _user_turns(asker: Asker | None, t: int, live: list[int], given: list[list[s
 
 def play_conversations(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt]
                        ) -> list[Battle]:
-    """The battles of ``todo`` played as conversations. A conversation that stays at one turn is
+    """The battles of ``todo`` played as conversations, each with its spec's asker (the selector's
+    choice among several; empty: the first configured). A conversation that stays at one turn is
     stored as a single-turn battle (empty conversation columns)."""
-    talks = converse(roster, store, [(prompts[s.prompt_id], [s.model_a, s.model_b]) for s in todo],
-                     todo[0].iteration, todo[0].phase) if todo else []
+    by_asker: dict[str, list[int]] = {}
+    for i, s in enumerate(todo):
+        by_asker.setdefault(s.asker, []).append(i)
+    talks: list[list[Talk]] = [[] for _ in todo]
+    for name, idx in by_asker.items():
+        got = converse(roster, store, [(prompts[todo[i].prompt_id], [todo[i].model_a, todo[i].model_b]) for i in idx],
+                       todo[0].iteration, todo[0].phase, name)
+        for i, t in zip(idx, got):
+            talks[i] = t
     out = []
     for s, (a, b) in zip(todo, talks):
         p = prompts[s.prompt_id]
@@ -112,7 +121,7 @@ def play_conversations(roster: Roster, store: RunStore, todo: list[BattleSpec], 
         ra, rb = (x.answers()[-1] if x.answers() else "" for x in (a, b))
         many = max(len(a.messages), len(b.messages)) > 2
         battle = Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
-                        s.model_a, s.model_b, ra, rb, error, s.arm)
+                        s.model_a, s.model_b, ra, rb, error, s.arm, asker=s.asker)
         out.append(replace(battle, conversation_a=encode(a.messages), conversation_b=encode(b.messages))
                    if many else battle)
     return out

@@ -27,6 +27,7 @@ gathers those inputs from the run.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -119,29 +120,49 @@ def plays(b: Battle, target_base: str) -> bool:
     return target_base in (base_name(b.model_a), base_name(b.model_b))
 
 
+def asker_bandit(cfg: SelectConfig, askers: list[str]) -> Bandit | None:
+    """The bandit over askers (one per target, beside its prompt bandit: an asker's worth is
+    the target's, whatever the cell), discounted like the prompt bandit; None for fewer than two."""
+    return Bandit(list(askers), cfg.policy, cfg.discount, cfg.window, cfg.exploration) if len(askers) > 1 else None
+
+
 @dataclass
 class Selector:
-    """Bandit state for one target: a prompt bandit and per-cell opponent bandits."""
+    """Bandit state for one target: a prompt bandit, per-cell opponent bandits and, with several
+    askers, an asker bandit."""
 
     cells: list[str]
     opponents: list[str]
     prompt: Bandit
     per_cell: dict[str, Bandit]
+    askers: Bandit | None = None
 
     @classmethod
-    def new(cls, cfg: SelectConfig, cells: list[str], opponents: list[str]) -> Selector:
+    def new(cls, cfg: SelectConfig, cells: list[str], opponents: list[str], askers: list[str] | None = None
+            ) -> Selector:
         prompt = Bandit(cells, cfg.policy, cfg.discount, cfg.window, cfg.exploration)
         per_cell = {c: Bandit(opponents, cfg.policy, cfg.opponent_discount, 0, cfg.exploration) for c in cells}
-        return cls(cells, opponents, prompt, per_cell)
+        return cls(cells, opponents, prompt, per_cell, asker_bandit(cfg, askers or []))
 
     def state(self) -> dict[str, Any]:
         return {"cells": self.cells, "opponents": self.opponents, "prompt": self.prompt.state(),
-                "per_cell": {c: b.state() for c, b in self.per_cell.items()}}
+                "per_cell": {c: b.state() for c, b in self.per_cell.items()},
+                **({"askers": self.askers.state()} if self.askers is not None else {})}
 
     @classmethod
     def from_state(cls, d: dict[str, Any]) -> Selector:
         return cls(d["cells"], d["opponents"], Bandit.from_state(d["prompt"]),
-                   {c: Bandit.from_state(b) for c, b in d["per_cell"].items()})
+                   {c: Bandit.from_state(b) for c, b in d["per_cell"].items()},
+                   Bandit.from_state(d["askers"]) if d.get("askers") else None)
+
+    def add_askers(self, cfg: SelectConfig, askers: list[str]) -> None:
+        """The configured askers, to a restored state: askers configured since join its asker
+        bandit unpulled; a state without one (saved with one asker or none) gains one where there
+        are several now, and one whose arms are no longer all configured starts afresh."""
+        if self.askers is not None and len(askers) > 1 and set(self.askers.arms) <= set(askers):
+            self.askers.add_arms(askers)
+        else:
+            self.askers = asker_bandit(cfg, askers)
 
     def add_cells(self, cfg: SelectConfig, cells: list[str]) -> None:
         """New prompt cells (evolved prompts' arms), each with a fresh opponent bandit."""
@@ -169,8 +190,11 @@ class Selector:
             out.append((c, self.opponents[o]))
         return out
 
-    def update(self, feedback: list[tuple[str, str, float]]) -> None:
-        """One round of (cell, opponent, reward)."""
+    def update(self, feedback: list[tuple[str, str, float]], asked: list[tuple[str, float]] | None = None) -> None:
+        """One round of (cell, opponent, reward), and of (asker, reward) for the asker bandit."""
+        if asked and self.askers is not None:
+            ai = {a: i for i, a in enumerate(self.askers.arms)}
+            self.askers.update([ai[a] for a, _ in asked], [r for _, r in asked])
         if not feedback:
             return
         ci = {c: i for i, c in enumerate(self.cells)}
@@ -222,13 +246,17 @@ def plan_round(
     rng = np.random.default_rng(int(stable_id(seed, iteration, rnd, target), 16) % 2**63)
     choices = selector.choose(cfg, this_round.battles, rng, opp_win_rates or {})
     prompts = pick_prompts(pool_by_cell, choices, used, rng)
+    askers = [""] * len(choices)
+    if selector.askers is not None:  # its own draws: the prompts and opponents are those of one asker
+        asker_rng = np.random.default_rng(int(stable_id(seed, iteration, rnd, target, "asker"), 16) % 2**63)
+        askers = [selector.askers.arms[i] for i in selector.askers.select(len(choices), asker_rng)]
     specs = []
     for i, ((cell, opponent), p) in enumerate(zip(choices, prompts)):
         if opponent == SELF:
             opponent = past_self(target, rng)
         key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
         a, b = seat(key, target, opponent)
-        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell))
+        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell, askers[i]))
     return specs
 
 
@@ -271,6 +299,14 @@ def feedback(
     if reward == "progress":
         return [(c, o, min(1.0, abs(mean[c] - previous_scores.get(c, 0.5)) * 2)) for c, o, _, _ in rows]
     raise ValueError(f"unknown reward {reward!r}; known: {', '.join(REWARDS)}")
+
+
+def by_asker(judged: Iterable[JudgedBattle]) -> list[JudgedBattle]:
+    """The battles a bandit chose an asker for, each with its asker as its arm: ``feedback`` on
+    them rewards askers as it rewards cells (a cell-wide reward, such as ``uncertainty``, is then
+    asker-wide)."""
+    return [JudgedBattle(dataclasses.replace(jb.battle, arm=jb.battle.asker), jb.judgment)
+            for jb in judged if jb.battle.asker]
 
 
 def _cell_means(values: Iterable[tuple[str, float]]) -> dict[str, float]:

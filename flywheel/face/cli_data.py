@@ -34,7 +34,7 @@ def fail(message: str, code: int = USAGE) -> None:
 # any other value (exit 2).
 Format = Literal["table", "json", "csv", "md"]
 ExportFormat = Literal["jsonl", "parquet", "sharegpt", "alpaca", "messages", "arena", "arena-hard"]
-Layout = Literal["auto", "alpaca", "sharegpt", "arena-hard", "plain"]
+Layout = Literal["auto", "alpaca", "sharegpt", "arena", "arena-hard", "plain"]
 
 
 def refuse_together(**flags: object) -> None:

@@ -85,7 +85,7 @@ class PromptPoolConfig(Strict):
     """A user prompt pool (see flywheel/worlds/prompts.py), added to the train pool."""
 
     path: Path = Field(..., description="JSONL, JSON, CSV or Parquet file.")
-    layout: Literal["auto", "alpaca", "sharegpt", "arena-hard", "plain"] = Field(
+    layout: Literal["auto", "alpaca", "sharegpt", "arena", "arena-hard", "plain"] = Field(
         "auto", description="Row layout; auto tells them apart by their fields.")
     category: str = Field("user", description="Category of rows that name none (their selection arm).")
     skip_bad: bool = Field(False, description="Skip unreadable rows (and report them) instead of failing.")
@@ -134,8 +134,15 @@ class ConversationConfig(Strict):
     turns: int = Field(1, ge=1, le=8, description="User turns per conversation (1: single-turn battles, the "
                        "default). Turns a prompt gives up front (MT-Bench, ShareGPT pools) come first; the asker "
                        "writes the rest, from the conversation so far, and both sides get the same turn.")
-    asker: str | None = Field(None, description="The player (one of askers) that writes the follow-up turns; "
-                              "unset: a conversation has only the turns its prompt gives.")
+    asker: str | list[str] | None = Field(None, description="The player (one of askers) that writes the follow-up "
+                                          "turns, or several: then each train battle's asker is a bandit arm "
+                                          "(docs/selection.md#askers) and eval and validation conversations use the "
+                                          "first named; unset: a conversation has only the turns its prompt gives.")
+
+    @property
+    def askers(self) -> list[str]:
+        """The askers named (one, several, or none)."""
+        return [] if self.asker is None else [self.asker] if isinstance(self.asker, str) else list(self.asker)
 
 
 class WorldConfig(Strict):
@@ -318,8 +325,9 @@ class FlywheelConfig(Strict):
         min_length=1,
     )
     askers: list[PlayerConfig] = Field([], description="Players that write users' follow-up turns "
-                                       "(world.conversation.asker names one): kind procedural (the embedded "
-                                       "world's follow-ups) or any player kind, asked with an asker prompt.")
+                                       "(world.conversation.asker names one or several): kind procedural (the "
+                                       "embedded world's, see procedure) or any player kind, asked with an "
+                                       "asker prompt.")
     select: SelectConfig = Field(default_factory=SelectConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     rating: RatingConfig = Field(default_factory=RatingConfig)
@@ -333,12 +341,17 @@ class FlywheelConfig(Strict):
     @model_validator(mode="after")
     def _unique_names(self) -> FlywheelConfig:
         names = [p.name for p in self.targets + self.opponents + self.askers]
-        asker = self.world.conversation.asker
-        if asker is not None and asker not in {p.name for p in self.askers}:
-            known = ", ".join(p.name for p in self.askers) or "none"
-            raise ValueError(f"world.conversation.asker {asker!r} is not a configured player: name one of askers "
-                             f"(configured: {known})")
-        talks = asker is not None or self.world.conversation.turns > 1
+        named = self.world.conversation.askers
+        if isinstance(self.world.conversation.asker, list) and not named:
+            raise ValueError("world.conversation.asker: an empty list names no asker (leave it unset for none)")
+        for asker in named:
+            if asker not in {p.name for p in self.askers}:
+                known = ", ".join(p.name for p in self.askers) or "none"
+                raise ValueError(f"world.conversation.asker {asker!r} is not a configured player: name one of "
+                                 f"askers (configured: {known})")
+        if len(set(named)) < len(named):
+            raise ValueError(f"world.conversation.asker names an asker twice: {named}")
+        talks = bool(named) or self.world.conversation.turns > 1
         if self.world.kind == "games" and talks:
             raise ValueError("world.conversation: a games world plays moves, not conversations")
         if talks and self.evaluate.sampling == "active":

@@ -51,6 +51,9 @@ class PlayerConfig(Strict):
     serve_lora: bool = Field(False, description="openai kind, targets: load each new version into the vLLM "
                              "servers as a LoRA adapter named <name>@<k> (needs train.lora).")
     depth: int = Field(2, ge=1, le=12, description="minimax kind (games world): search depth in moves.")
+    procedure: Literal["followups", "repeat"] = Field(
+        "followups", description="procedural kind (askers): followups (the embedded world's follow-ups on the "
+        "answer) or repeat (asks the first turn again: a useless asker, which the asker bandit should learn to avoid).")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vllm kind (in-process): the fraction of "
                                           "GPU memory the engine may use (for targets, allocate.gpu_memory overrides it).")
 

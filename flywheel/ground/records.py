@@ -104,6 +104,7 @@ class BattleSpec(_Row):
     model_a: str
     model_b: str
     arm: str = ""
+    asker: str = ""  # the asker that writes its follow-ups, where a bandit chose one of several
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ class Battle(_Row):
     arm: str = ""
     conversation_a: str = ""
     conversation_b: str = ""
+    asker: str = ""  # the asker the selector chose for it (several askers); empty: the only one, or none
 
     @property
     def ok(self) -> bool:

@@ -53,6 +53,8 @@ class SelectResult(StageRecord):
     arms: dict[str, int]
     # select.prompt_floor auto: per target, the share of this round's battles spread evenly.
     floors: dict[str, float] | None = optional()
+    # Several askers (world.conversation.asker): battles per asker the asker bandits chose.
+    askers: dict[str, int] | None = optional()
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,8 @@ class IterationSummary(StageRecord):
     # per target: its method this iteration, GRPO's rewards (scored, failed, mean, flat groups) and
     # a reward model's figures (train.method reward)
     training: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # several askers: per target and asker, this iteration's battles and share, bandit pulls and value
+    askers: dict[str, list[dict[str, Any]]] | None = optional()
 
     def to_json(self) -> dict[str, Any]:
         out = super().to_json()

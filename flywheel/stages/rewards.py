@@ -15,19 +15,23 @@ from judges.build import build_verifier
 
 
 def round_feedback(ctx: Context, target: str, k: int, mine: list[JudgedBattle],
-                   earlier: list[JudgedBattle]) -> list[tuple[str, str, float]]:
+                   earlier: list[JudgedBattle], askers: bool = False) -> list[tuple[str, str, float]]:
     """(cell, opponent, reward) of ``target``'s judged battles of one round of iteration ``k``
     (``mine``), under ``select.reward``; ``earlier``: its judged train battles of the iteration's
-    earlier rounds."""
+    earlier rounds. ``askers``: (asker, opponent, reward) of the battles whose asker a bandit chose,
+    the asker in the cell's place (``validation-progress``, measured per cell, is then learnability)."""
     reward = ctx.cfg.select.reward
     version = ctx.current_version(target, k)
-    previous = selection.arm_scores(ctx.store.judged(k - 1, "train"), target) if reward == "progress" and k > 1 else {}
+    arms = selection.by_asker if askers else list
+    mine, earlier = arms(mine), arms(earlier)
+    previous = (selection.arm_scores(arms(ctx.store.judged(k - 1, "train")), target)
+                if reward == "progress" and k > 1 else {})
     yielded = {jb.battle.prompt for jb in earlier if jb.score_of(target) == 0.0}
     success: dict[str, float] = {}
     progress: dict[str, float] = {}
     if reward in ("learnability", "validation-progress"):
         success = own_successes(ctx, version, mine)
-    if reward == "validation-progress":
+    if reward == "validation-progress" and not askers:
         progress = selection.validation_progress(validation_gains(ctx, target, k), ctx.cfg.select.progress_weight)
     return selection.feedback(reward, mine, version, previous, yielded, success=success, progress=progress)
 

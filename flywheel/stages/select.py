@@ -21,12 +21,14 @@ def round_budget(total: int, rounds: int, rnd: int) -> int:
 def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
     """The target's bandit state after the latest round before (k, rnd), or a fresh one; arms
     the pool has gained since (evolved prompts) join it unpulled."""
+    askers = ctx.cfg.world.conversation.askers
     state = ctx.store.latest_bandit_state(target, (k, rnd))
     if state is None:
         return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell),
-                            selection.opponent_arms(ctx.cfg.select, ctx.roster.opponents))
+                            selection.opponent_arms(ctx.cfg.select, ctx.roster.opponents), askers)
     sel = Selector.from_state(state)
     sel.add_cells(ctx.cfg.select, list(ctx.pool_by_cell))  # evolved prompts' arms, new since that state
+    sel.add_askers(ctx.cfg.select, askers)
     return sel
 
 
@@ -35,6 +37,13 @@ def count_arms(specs: list[BattleSpec]) -> dict[str, int]:
     for sp in specs:
         arms[sp.arm] = arms.get(sp.arm, 0) + 1
     return dict(sorted(arms.items()))
+
+
+def count_askers(specs: list[BattleSpec]) -> dict[str, int]:
+    askers: dict[str, int] = {}
+    for sp in specs:
+        askers[sp.asker] = askers.get(sp.asker, 0) + 1
+    return dict(sorted(askers.items()))
 
 
 @stage("select", SelectResult, per_round=True)
@@ -61,7 +70,8 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             specs += selection.plan_round(selectors[t], cfg, ctx.pool_by_cell, this_round, used,
                                           opp_win_rates=rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
-    return SelectResult(len(specs), cfg.policy, count_arms(specs), floors)
+    askers = count_askers(specs) if len(ctx.cfg.world.conversation.askers) > 1 else None
+    return SelectResult(len(specs), cfg.policy, count_arms(specs), floors, askers)
 
 
 @stage("reward", RewardResult, per_round=True)
@@ -79,7 +89,8 @@ def reward_round(ctx: Context, k: int, rnd: int) -> RewardResult:
         mine = [jb for jb in judged if jb.battle.battle_id in round_ids and selection.plays(jb.battle, t)]
         earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and selection.plays(jb.battle, t)]
         feedback = round_feedback(ctx, t, k, mine, earlier)
-        sel.update(feedback)
+        asked = round_feedback(ctx, t, k, mine, earlier, askers=True) if sel.askers is not None else []
+        sel.update(feedback, [(a, r) for a, _, r in asked])
         atomic_write_json(path, sel.state())
         rewards[t] = [r for _, _, r in feedback]
     return RewardResult(ctx.cfg.select.reward, {t: len(r) for t, r in rewards.items()},

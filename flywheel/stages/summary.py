@@ -11,7 +11,7 @@ from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
-from flywheel.stages.select import count_arms, load_selector
+from flywheel.stages.select import count_arms, count_askers, load_selector
 from judges.build import build_verifier
 from judges.diagnostics import diagnose
 
@@ -45,6 +45,7 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
         promotion=read_stage(store, k, "promote", PromoteResult),
         training={t: {"method": ctx.cfg.train.method_of(k), "rewards": r.rewards, "reward_model": r.reward_model}
                   for t, r in (trained.targets.items() if trained and k > 0 else [])},
+        askers=asker_report(ctx, k) if k > 0 and len(ctx.cfg.world.conversation.askers) > 1 else None,
     )
     data = read_json(store.summary_path) or {"run_id": ctx.cfg.run.name, "targets": ctx.roster.targets, "iterations": []}
     data["iterations"] = [e for e in data["iterations"] if e["iteration"] != k] + [entry.to_json()]
@@ -83,6 +84,20 @@ def bandit_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
         sel = load_selector(ctx, t, k, 10**9)
         out[t] = [{**st, "battles": counts.get(st["arm"], 0),
                    "share": round(counts.get(st["arm"], 0) / max(len(mine), 1), 4)} for st in sel.prompt.stats()]
+    return out
+
+
+def asker_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
+    """Per target and asker (several askers): this iteration's battles and share, bandit pulls and value."""
+    specs = ctx.store.plan(k) or []
+    out = {}
+    for t in ctx.roster.targets:
+        mine = [s for s in specs if t in (PlayerVersion.parse(s.model_a).name, PlayerVersion.parse(s.model_b).name)]
+        counts = count_askers(mine)
+        sel = load_selector(ctx, t, k, 10**9)
+        out[t] = [{**st, "battles": counts.get(st["arm"], 0),
+                   "share": round(counts.get(st["arm"], 0) / max(len(mine), 1), 4)}
+                  for st in (sel.askers.stats() if sel.askers is not None else [])]
     return out
 
 

@@ -77,6 +77,21 @@ class ProceduralAsker(Asker):
         return got
 
 
+class RepeatingAsker(Asker):
+    """``kind: procedural, procedure: repeat``: a useless asker that asks the first turn again. Its
+    turn's reference is the first turn's (the same question has the same answer), so a conversation
+    it writes checks nothing a single turn does not: what the asker bandit should learn to avoid."""
+
+    def __init__(self, name: str = "repeat") -> None:
+        self.name = name
+
+    def ask(self, conversations: list[list[Message]]) -> list[AskedTurn]:
+        return [AskedTurn(next(m["content"] for m in c if m["role"] == "user")) for c in conversations]
+
+    def reference(self, conversation: list[Message], turn: str) -> str | None:
+        return next((m.get("reference") for m in conversation if m["role"] == "user"), None)
+
+
 def two_turn_examples(prompts: list[Prompt], seed: int = 0) -> list[Prompt]:
     """Each prompt's second turn after its correct answer, as a model without a chat template
     reads it (``17+25=42 +7=``, reference ``49``): what the tiny models pre-train on besides the

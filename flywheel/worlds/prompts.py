@@ -7,6 +7,10 @@ Layouts (``auto`` tells them apart per row by their fields):
 - ``sharegpt``: ``conversations`` (or ``messages``): its user turns (the first is the prompt, the
   later ones its ``turns``; the assistant's answers are samples, not used). The turns must take
   turns, user first (after an optional system message), and none may be empty;
+- ``arena``: Chatbot Arena's battle logs (and ``data export --format arena``): ``conversation_a``
+  (OpenAI-style turns, or their JSON text): its user turns, as ``sharegpt`` reads them
+  (``conversation_b`` asks the same questions; the answers and ``winner`` are not used), with
+  ``question_id`` and ``category`` where the row has them;
 - ``arena-hard``: ``question.jsonl`` rows with ``turns: [{"content": ...}]`` (arena-hard) or
   ``turns: ["...", "..."]`` (MT-Bench: a second turn becomes the prompt's ``turns``),
   ``question_id``, ``category`` (or ``cluster``);
@@ -30,7 +34,7 @@ from flywheel.ground.conversation import check_roles, encode, normalized
 from flywheel.ground.records import Prompt, stable_id
 from flywheel.ground.row_files import BadRow, read_row_file
 
-LAYOUTS = ("auto", "alpaca", "sharegpt", "arena-hard", "plain")
+LAYOUTS = ("auto", "alpaca", "sharegpt", "arena", "arena-hard", "plain")
 HUMAN = {"human", "user"}
 
 
@@ -46,6 +50,8 @@ def detect(row: dict[str, Any]) -> str:
         return "alpaca"
     if "conversations" in row or "messages" in row:
         return "sharegpt"
+    if "conversation_a" in row:
+        return "arena"
     if "turns" in row:
         return "arena-hard"
     return "plain"
@@ -70,12 +76,13 @@ def _text(row: dict[str, Any], layout: str) -> str | tuple[str, list[str]]:
         if not isinstance(extra, str):
             raise ValueError(f"'input' is {type(extra).__name__}, not text")
         return f"{text}\n\n{extra}" if extra else text
-    if layout == "sharegpt":
-        turns = row.get("conversations", row.get("messages"))
+    if layout in ("sharegpt", "arena"):
+        name = "conversation_a" if layout == "arena" else "conversations"
+        turns = row.get(name) if layout == "arena" else row.get("conversations", row.get("messages"))
         if isinstance(turns, str):
             turns = json.loads(turns)
         if not isinstance(turns, list):
-            raise ValueError("'conversations' is not a list of turns")
+            raise ValueError(f"'{name}' is not a list of turns")
         if not any(isinstance(t, dict) and str(t.get("from", t.get("role", ""))).lower() in HUMAN for t in turns):
             raise ValueError("no human or user turn")
         check_roles(turns)

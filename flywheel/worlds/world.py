@@ -18,7 +18,7 @@ from flywheel.players.api import Budget
 from flywheel.players.asker import Asker, LLMAsker
 from flywheel.players.base import PlayerSetup
 from flywheel.players.registry import player_from_config
-from flywheel.worlds.followups import ProceduralAsker
+from flywheel.worlds.followups import ProceduralAsker, RepeatingAsker
 from flywheel.worlds.game_pools import game_splits
 from flywheel.worlds.prompts import bad_rows_message, ingest
 from flywheel.worlds.tasks import build_suite, meaning, take_validation
@@ -97,7 +97,7 @@ class Roster:
     budget: object = field(init=False)
     pool: PlayerPool = field(init=False, default_factory=PlayerPool)
     gpu_shares: dict[str, float] | None = field(init=False, default=None)
-    _asker: Asker | None = field(init=False, default=None)
+    _askers: dict[str, Asker] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
@@ -164,19 +164,22 @@ class Roster:
         pc = self.config(player)
         return self.pool.get((pc.kind, self.identity(player)), lambda: self.build(pc, player))
 
-    def asker(self) -> Asker | None:
-        """The asker ``world.conversation.asker`` names (built once), or None."""
-        name = self.cfg.world.conversation.asker
-        if name is None:
+    def asker(self, name: str = "") -> Asker | None:
+        """The asker named ``name`` (built once), by default the first that ``world.conversation.asker``
+        names (the one eval and validation conversations use); None where none is named."""
+        named = self.cfg.world.conversation.askers
+        if not named:
             return None
-        if self._asker is None:
+        name = name or named[0]
+        if name not in self._askers:
             pc = next(p for p in self.cfg.askers if p.name == name)
             if pc.kind == "procedural":
-                self._asker = ProceduralAsker(name, self.cfg.run.seed)
+                self._askers[name] = (RepeatingAsker(name) if pc.procedure == "repeat"
+                                      else ProceduralAsker(name, self.cfg.run.seed))
             else:
-                self._asker = LLMAsker(self.build(pc, name), SamplingParams(pc.max_new_tokens, pc.temperature,
-                                                                            self.cfg.run.seed, tuple(pc.stop)))
-        return self._asker
+                self._askers[name] = LLMAsker(self.build(pc, name), SamplingParams(
+                    pc.max_new_tokens, pc.temperature, self.cfg.run.seed, tuple(pc.stop)))
+        return self._askers[name]
 
     def player_class(self, player: str) -> type[Player]:
         """The class of a player's kind (for its capabilities), without loading it."""
