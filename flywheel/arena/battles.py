@@ -8,6 +8,7 @@ import socket
 from dataclasses import replace
 
 from flywheel.arena.games import play_games
+from flywheel.arena.hanabi_play import play_hanabi
 from flywheel.ground.progress import Progress
 from flywheel.ground.records import Battle, BattleSpec, Generation, Prompt, stable_id
 from flywheel.ground.store import RunStore
@@ -112,7 +113,8 @@ def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts:
 def _play_games(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
                 name: str | None) -> None:
     gc = roster.cfg.world.games
-    battles, usage = play_games(roster, todo, prompts, gc.prompt, gc.max_illegal)
+    play = play_hanabi if "hanabi" in gc.games else play_games
+    battles, usage = play(roster, todo, prompts, gc.prompt, gc.max_illegal)
     store.append_battles(battles, name)
     for row in usage:
         store.append_usage({"iteration": todo[0].iteration, "phase": todo[0].phase, **row})

@@ -89,11 +89,38 @@ class PromptPoolConfig(Strict):
     skip_bad: bool = Field(False, description="Skip unreadable rows (and report them) instead of failing.")
 
 
+class HanabiConfig(Strict):
+    """Hanabi's size and its eval teams (``world.games.games: [hanabi]``; see flywheel/games/hanabi.py)."""
+
+    players: int = Field(2, ge=2, le=5, description="Seats at the table (a team's size).")
+    colours: int = Field(5, ge=2, le=5, description="Colours in the deck (r, y, g, b, w: the first this many).")
+    ranks: int = Field(5, ge=1, le=5, description="Ranks per colour (1 to this): three 1s, one top card, two of "
+                       "each rank between.")
+    hand: int = Field(5, ge=1, description="Cards in each hand; hand x players must fit in the deck.")
+    hints: int = Field(8, ge=1, le=9, description="Hint tokens (the maximum, and the start).")
+    lives: int = Field(3, ge=1, le=9, description="Lives: a misplayed card costs one; the game ends at none.")
+    teams: list[list[str]] = Field([], description="More teams for the eval leaderboard, each a list of players by "
+                                   "seat (targets or opponents, one per seat); each plays every eval deal against "
+                                   "every opponent's self-play team.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> HanabiConfig:
+        deck = self.colours * sum(3 if r == 1 else 1 if r == self.ranks else 2 for r in range(1, self.ranks + 1))
+        if self.hand * self.players > deck:
+            raise ValueError(f"hand {self.hand} x players {self.players} = {self.hand * self.players} cards, but a deck "
+                             f"of {self.colours} colours x ranks 1-{self.ranks} holds {deck}")
+        bad = [t for t in self.teams if len(t) != self.players]
+        if bad:
+            raise ValueError(f"teams {bad}: a team has one player per seat ({self.players})")
+        return self
+
+
 class GamesConfig(Strict):
     """The games world (``world.kind: games``; see flywheel/games/ and worlds/game_pools.py): start positions and rules of play."""
 
-    games: list[Literal["tictactoe", "connect4"]] = Field(["tictactoe"], min_length=1, description="Games played "
-                                                          "(the world's categories).")
+    games: list[Literal["tictactoe", "connect4", "hanabi"]] = Field(["tictactoe"], min_length=1, description="Games "
+        "played (the world's categories). hanabi is played alone: its battles are team battles in duplicate.")
+    hanabi: HanabiConfig = Field(default_factory=HanabiConfig)
     openings: list[int] = Field([1, 2, 3], min_length=1, description="Random opening moves before a battle starts "
                                 "(the world's levels): more gives more distinct start positions.")
     train_per_cell: int = Field(200, ge=1, description="Train start positions per game x opening.")
@@ -340,10 +367,25 @@ class FlywheelConfig(Strict):
             bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
             if bad:
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")
+            self._hanabi_is_playable(names)
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
+        if any("+" in n for n in names):
+            raise ValueError("player names may not contain '+' (it joins the players of a team)")
         self._rl_is_usable()
         return self
+
+    def _hanabi_is_playable(self, names: list[str]) -> None:
+        gc = self.world.games
+        if "hanabi" not in gc.games:
+            return
+        if len(gc.games) > 1:
+            raise ValueError("world.games.games: hanabi is played alone (its battles are team battles in duplicate)")
+        for t in gc.hanabi.teams:
+            unknown = [n for n in t if n not in names]
+            if unknown:
+                raise ValueError(f"world.games.hanabi.teams: {', '.join(unknown)} in team {t} is not a player "
+                                 f"(targets and opponents: {', '.join(names)})")
 
     def _rl_is_usable(self) -> None:
         """GRPO iterations need a reward they can use: a prompt world, groups that fill a batch,

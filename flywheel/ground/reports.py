@@ -164,6 +164,8 @@ def games_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 def games_table(summary: dict[str, Any]) -> str:
     rows = games_rows(summary)
     cols = ["model", "opponent", "games", "win", "draw", "loss", "win_or_draw", "validation_wd"]
+    if any("mean_score" in r for r in rows):  # hanabi: each team's mean score on the eval deals
+        cols = ["model", "opponent", "games", "mean_score", "ci_low", "ci_high", "validation_wd"]
     return text_table(rows, cols) if rows else ""
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from flywheel.ground.records import PlayerVersion, stable_id
+from flywheel.ground.records import PlayerVersion, stable_id, team_members
 from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, curate, dataset_card, save_dataset
 from flywheel.learning.game_curation import MISSED as GAME_MISSED
 from flywheel.learning.game_curation import RULES as GAME_RULES
 from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
 from flywheel.learning.game_curation import curate_games
+from flywheel.learning.hanabi_curation import RULES as HANABI_RULES
+from flywheel.learning.hanabi_curation import curate_hanabi
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
 
@@ -22,12 +24,15 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     held_out = eval_texts | {p.text for p in ctx.validation}  # neither split may reach training data
     battles = ctx.store.battles(k, "train")
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
-    if ctx.cfg.world.kind == "games":
+    hanabi = ctx.cfg.world.kind == "games" and "hanabi" in ctx.cfg.world.games.games
+    if hanabi:
+        cur = curate_hanabi(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.world.games)
+    elif ctx.cfg.world.kind == "games":
         cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
                            ctx.cfg.world.games)
     else:
         cur = curate(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate)
-    contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
+    contestants = sorted({m for b in battles for team in (b.model_a, b.model_b) for m in team_members(team)})
     players = {"targets": [m for m in contestants if PlayerVersion.parse(m).k is not None],
                "opponents": [m for m in contestants if PlayerVersion.parse(m).k is None]}
     lineage = {
@@ -44,7 +49,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     counts = {}
     games = ctx.cfg.world.games if ctx.cfg.world.kind == "games" else None
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
-        rule = None if games is None else (
+        rule = HANABI_RULES[kind] if hanabi else None if games is None else (
             GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "")
             + (GAME_TACTICS[kind] if games.tactics else "")
             + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))
