@@ -50,7 +50,8 @@ def eval_specs(ctx: Context, k: int, versions: list[str]) -> list[BattleSpec]:
     pairs = [pair for v in versions for pair in version_teams(v, opps, seats)]
     current = {t: ctx.current_version(t, k) for t in ctx.roster.targets}
     fixed = [(team_name([current.get(m, m) for m in t]), o) for t in ctx.cfg.world.games.hanabi.teams for o in opps]
-    met = {b.model_a for b in ctx.store.battles(None, "eval")} | {b.model_b for b in ctx.store.battles(None, "eval")}
+    earlier = [b for b in ctx.store.battles(None, "eval") if b.iteration < k]  # (so a resumed eval plays the same)
+    met = {b.model_a for b in earlier} | {b.model_b for b in earlier}
     fixed += list(combinations(opps, 2))
     pairs += [(t, o) for t, o in fixed if t not in met or o not in met]
     return [duplicate_spec(k, "eval", t, o, p) for t, o in dict.fromkeys(pairs) for p in ctx.eval_split]
