@@ -214,3 +214,20 @@ def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tm
                           text=True, env=cli_env, timeout=120)
     assert proc.returncode == 2 and cases[2][1] in proc.stderr and "Traceback" not in proc.stderr
     assert not root.exists()
+
+
+def test_teams_of_three_see_both_other_hands_and_play_to_the_end():
+    from flywheel.games.hanabi_referee import seats
+
+    three = Setup(players=3, colours=3, ranks=4, hand=3)
+    deal = new_deal(three, random.Random(1))
+    st, moves = parse_deal(deal), []
+    view = parse_view(st.text())
+    assert view.others == (st.hands[1], st.hands[2]) and len(view.knowledge) == 3
+    while not st.over():
+        moves.append(cautious_move(parse_view(st.text())))
+        st = st.play(moves[-1])
+    assert replay_duplicate(deal, " ".join(moves), " ".join(moves)).a.score == st.score > 0
+    assert seats("a+b+c", 3) == ["a", "b", "c"] and seats("a", 3) == ["a"] * 3
+    with pytest.raises(ValueError, match="2 players for a 3-player game"):
+        seats("a+b", 3)
