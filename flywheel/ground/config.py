@@ -1,5 +1,5 @@
 """One config tree for the whole flywheel: a pydantic model per section, every field with a
-default and a description (``config_parts`` holds the players' and the judge's, ``config_train``
+default and a description (``config_parts`` holds the players', the judge's and Hanabi's, ``config_train``
 the train section's). Loading it from YAML, with overrides, is ``config_io``."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
+from flywheel.ground.config_parts import HanabiConfig, JudgeConfig, PlayerConfig, Strict
 from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
 
 # The embedded task suite's categories, named here so that the config stands alone;
@@ -87,32 +87,6 @@ class PromptPoolConfig(Strict):
         "auto", description="Row layout; auto tells them apart by their fields.")
     category: str = Field("user", description="Category of rows that name none (their selection arm).")
     skip_bad: bool = Field(False, description="Skip unreadable rows (and report them) instead of failing.")
-
-
-class HanabiConfig(Strict):
-    """Hanabi's size and its eval teams (``world.games.games: [hanabi]``; see flywheel/games/hanabi.py)."""
-
-    players: int = Field(2, ge=2, le=5, description="Seats at the table (a team's size).")
-    colours: int = Field(5, ge=2, le=5, description="Colours in the deck (r, y, g, b, w: the first this many).")
-    ranks: int = Field(5, ge=1, le=5, description="Ranks per colour (1 to this): three 1s, one top card, two of "
-                       "each rank between.")
-    hand: int = Field(5, ge=1, description="Cards in each hand; hand x players must fit in the deck.")
-    hints: int = Field(8, ge=1, le=9, description="Hint tokens (the maximum, and the start).")
-    lives: int = Field(3, ge=1, le=9, description="Lives: a misplayed card costs one; the game ends at none.")
-    teams: list[list[str]] = Field([], description="More teams for the eval leaderboard, each a list of players by "
-                                   "seat (targets or opponents, one per seat); each plays every eval deal against "
-                                   "every opponent's self-play team.")
-
-    @model_validator(mode="after")
-    def _fits(self) -> HanabiConfig:
-        deck = self.colours * sum(3 if r == 1 else 1 if r == self.ranks else 2 for r in range(1, self.ranks + 1))
-        if self.hand * self.players > deck:
-            raise ValueError(f"hand {self.hand} x players {self.players} = {self.hand * self.players} cards, but a deck "
-                             f"of {self.colours} colours x ranks 1-{self.ranks} holds {deck}")
-        bad = [t for t in self.teams if len(t) != self.players]
-        if bad:
-            raise ValueError(f"teams {bad}: a team has one player per seat ({self.players})")
-        return self
 
 
 class GamesConfig(Strict):
