@@ -111,9 +111,11 @@ def test_both_teams_play_the_same_deck_and_the_referee_decides_by_score():
 
 
 def test_two_cautious_bots_outrank_two_random_movers_on_20_decks(tmp_path):
-    """The issue's team test: one team of two cautious bots and one of two random movers play
-    20 decks in duplicate through the arena and the rules judge; Bradley-Terry rates the strong
-    team above, with intervals that do not overlap."""
+    """The issue's team test: one team of two cautious bots and one of two random movers (and a
+    mixed team) play 20 decks in duplicate through the arena and the rules judge; Bradley-Terry
+    rates the strong team above, with intervals that do not overlap, and orders the teams as their
+    mean scores on the same decks do."""
+    from flywheel.arena.game_scores import team_scores
     from flywheel.arena.hanabi_play import play_hanabi
     from flywheel.ground.config import FlywheelConfig
     from flywheel.ground.store import RunStore
@@ -129,14 +131,18 @@ def test_two_cautious_bots_outrank_two_random_movers_on_20_decks(tmp_path):
         "opponents": [{"name": "cautious", "kind": "cautious"}, {"name": "random", "kind": "random"}]})
     _, decks, _ = game_splits(cfg.world.games)
     assert len({p.text for p in decks}) == 20
-    specs = [BattleSpec(f"b{i}", 0, "eval", p.id, *(("cautious+cautious", "random+random")[::1 - 2 * (i % 2)]),
-                        "hanabi/L0") for i, p in enumerate(decks)]
+    teams = [("cautious+cautious", "random+random"), ("random+cautious", "cautious+cautious"),
+             ("random+random", "random+cautious")]
+    specs = [BattleSpec(f"b{i}-{j}", 0, "eval", p.id, a, b, "hanabi/L0")
+             for i, p in enumerate(decks) for j, (a, b) in enumerate(teams)]
     battles, _ = play_hanabi(Roster(cfg, RunStore(tmp_path / "run")), specs, {p.id: p for p in decks}, "terse", 2)
-    assert all(b.prompt == p.text for b, p in zip(battles, decks))  # each battle's one deal, for both teams
+    assert all(b.prompt == next(p.text for p in decks if p.id == b.prompt_id) for b in battles)  # one deal, both teams
     judged = [JudgedBattle(b, j) for b, j in zip(battles, GameJudge().judge(battles))]
     rows = {r.model: r for r in board(judged, cfg.rating, 0)}
     strong, weak = rows["cautious+cautious"], rows["random+random"]
     assert strong.rating > weak.rating and strong.lower > weak.upper
+    means = {t: sum(s.values()) / len(s) for t, s in team_scores(judged).items()}
+    assert sorted(means, key=means.get) == sorted(rows, key=lambda t: rows[t].rating)
 
 
 def _battle(deal: str, a: str, b: str, ra: str, rb: str, bid: str = "x") -> Battle:
