@@ -179,6 +179,9 @@ def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
     assert first.blunder(better_move(first)) is None
     assert [(p.chosen, p.rejected, p.rejected_model) for p in cur.dpo][0] == (better_move(first), rec[0], "student@1")
     assert len(cur.dpo) == len(rules)
+    cornered = replace(first, hints=0, hands=(("r3", "y3", "r2"),) + first.hands[1:], discards=("r2",),
+                       fireworks=(0, 0))  # every card unplayable and the last of its kind, no hint token
+    assert all(cornered.blunder(m) for m in cornered.legal_moves()) and better_move(cornered) is None
     held = curate_hanabi([battle], {"x": verdict}, ["student"], {deal}, GamesConfig(games=["hanabi"]))
     assert not held.sft and not held.dpo and held.dropped["contaminated"] == 1  # held-out deals are never learnt
 

@@ -11,7 +11,7 @@ Every battle of the iteration with a target in it is replayed by the referee
   misplay that cost a life, the discard of the last copy of a card a firework still needs), in any
   game it played, won, tied or lost, the better move is learnt there (source ``rules``): the
   cautious partner's move in that view (flywheel/games/hanabi_policy.py) where it is not itself
-  wrong, else the first move that is not. Its DPO pair is (the better move, the target's move);
+  wrong, else the first move that is not (where every move is wrong, nothing is learnt there). Its DPO pair is (the better move, the target's move);
   no winner's move displaces it.
 
 Deals in ``held_out`` (eval and validation) are never learnt (counted as ``contaminated``).
@@ -33,12 +33,13 @@ RULES = {"sft": "every move of the team that won a decisive duplicate battle wit
 WINNER = {"model_a": "a", "model_b": "b"}
 
 
-def better_move(state: State) -> str:
+def better_move(state: State) -> str | None:
     """The move the rules put in place of a wrong one: the cautious partner's, where the rules do
-    not show it wrong too, else the first legal move they do not."""
+    not show it wrong too, else the first legal move they do not; None where every move is wrong
+    (no hint token, and every card unplayable and the last of its kind)."""
     legal = state.legal_moves()
     first = cautious_move(parse_view(state.key()))
-    return next(m for m in [first] + legal if m in legal and state.blunder(m) is None)
+    return next((m for m in [first] + legal if m in legal and state.blunder(m) is None), None)
 
 
 def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
@@ -73,7 +74,7 @@ def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets
                 view = ply.state.text(games.prompt)
                 if base_name(player) in targets and ply.state.blunder(ply.move) is not None:
                     t, right = base_name(player), better_move(ply.state)
-                    if (t, view) not in ruled:
+                    if right is not None and (t, view) not in ruled:
                         ruled.add((t, view))
                         pid = stable_id("position", view)
                         sft.append(SFTExample(view, say(right), pid, b.category, "rules", b.battle_id, b.iteration, t))
