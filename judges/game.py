@@ -49,5 +49,5 @@ class GameJudge(PairwiseJudge):
                           "illegal": {"a": got.a.illegal, "b": got.b.illegal}})
         if got.winner is None:
             return Judgment(b.battle_id, self.name, None, 0.0, raw=raw, error=got.reason)
-        return Judgment(b.battle_id, self.name, WINNER[got.winner], 0.0 if got.winner == "draw" else 1.0,  # type: ignore[arg-type]
-                        raw=raw)
+        margin = 0.0 if got.winner == "draw" else 1.0
+        return Judgment(b.battle_id, self.name, WINNER[got.winner], margin, raw=raw)  # type: ignore[arg-type]

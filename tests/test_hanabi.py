@@ -195,10 +195,12 @@ def test_the_partner_is_the_bandit_arm_of_a_team_battle():
     team = partner_team("k", "student@2", "cautious", 3)
     assert sorted(team.split("+")) == ["cautious", "cautious", "student@2"]
     b = _battle("d", "cautious", "student@2+cautious", "", "")
-    assert not _seat_a(b, "student@2") and not _seat_a(b, "student") and _opponent(b, "student@2") == "cautious"
+    assert not _seat_a(b, "student@2") and not _seat_a(b, "student")
+    assert _opponent(b, "student@2") == _opponent(b, "student") == "cautious"
     assert plays(b, "student") and not plays(b, "random")
     b = _battle("d", "student@2+student@1", "student@1", "", "")
-    assert _seat_a(b, "student@2") and _seat_a(b, "student") and _opponent(b, "student@2") == SELF
+    assert _seat_a(b, "student@2") and _seat_a(b, "student")
+    assert _opponent(b, "student@2") == _opponent(b, "student") == SELF
 
 
 def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tmp_path, cli_env):
@@ -210,9 +212,11 @@ def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tm
     base = ["--set", "world.kind=games", "--set", "judge.kind=game", "--set", "world.games.games=[hanabi]",
             "--set", "world.models=[{name: student, categories: [hanabi]}]",
             "--set", "opponents=[{name: cautious, kind: cautious}]", "--set", f"run.root={root}"]
-    cases = [(["--set", "world.games.hanabi.colours=6"], "world.games.hanabi.colours: Input should be less than or equal to 5"),
+    cases = [(["--set", "world.games.hanabi.colours=6"],
+              "world.games.hanabi.colours: Input should be less than or equal to 5"),
              (["--set", "world.games.hanabi.hand=9", "--set", "world.games.hanabi.colours=2", "--set",
-               "world.games.hanabi.ranks=2"], "hand 9 x players 2 = 18 cards, but a deck of 2 colours x ranks 1-2 holds 8"),
+               "world.games.hanabi.ranks=2"],
+              "hand 9 x players 2 = 18 cards, but a deck of 2 colours x ranks 1-2 holds 8"),
              (["--set", "world.games.hanabi.teams=[[cautious, nobody]]"],
               "world.games.hanabi.teams: nobody in team ['cautious', 'nobody'] is not a player")]
     for extra, says in cases:

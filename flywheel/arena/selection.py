@@ -103,7 +103,7 @@ def _opponent(b: Battle, target: str) -> str:
     duplicate team battle, its partner in its team."""
     mine = b.model_a if _seat_a(b, target) else b.model_b
     if TEAM in mine:
-        opp = next((m for m in team_members(mine) if m != target), target)
+        opp = next((m for m in team_members(mine) if base_name(m) != base_name(target)), target)
     else:
         opp = b.model_b if mine == b.model_a else b.model_a
     return SELF if base_name(opp) == base_name(target) else opp
@@ -223,8 +223,8 @@ def plan_round(
         if opponent == SELF:
             opponent = past_self(target, rng)
         key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
-        a, b = seat(key, partner_team(key, target, opponent, this_round.team_seats) if this_round.team_seats else target,
-                    opponent)
+        mine = partner_team(key, target, opponent, this_round.team_seats) if this_round.team_seats else target
+        a, b = seat(key, mine, opponent)
         specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell))
     return specs
 

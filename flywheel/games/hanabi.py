@@ -23,8 +23,8 @@ cards, the fireworks, the tokens, the deck size and (verbose style) the discards
 cards. The terse style fits the project's character-level models (a 64-character context):
 ``hb g1r2w1b3 n--- r--1---- 0000 83 12=`` reads "the next seat holds g1 r2 w1 b3 and was told
 the rank of its first card; of my four cards I know the first is red and the third a 1; no firework
-started; 8 hint tokens, 3 lives; 12 cards in the deck". The verbose style describes it in English for instruct LLMs and ends with the terse
-key, which every player parses (``parse_view``).
+started; 8 hint tokens, 3 lives; 12 cards in the deck". The verbose style describes it in
+English for instruct LLMs and ends with the terse key, which every player parses (``parse_view``).
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ class Setup:
 
 
 def full_deck(setup: Setup) -> list[str]:
-    return [f"{c}{r}" for c in COLOURS[:setup.colours] for r in range(1, setup.ranks + 1) for _ in range(setup.copies(r))]
+    return [f"{c}{r}" for c in COLOURS[:setup.colours] for r in range(1, setup.ranks + 1)
+            for _ in range(setup.copies(r))]
 
 
 def shuffled_deck(setup: Setup, rng: random.Random) -> tuple[str, ...]:
@@ -315,8 +316,8 @@ def parse_view(text: str) -> View:
     parts = m.group(0).split()
     hands = tuple(_pairs(h) for h in parts[1:-4:2])
     told = tuple(tuple(unmark(c, k) for c, k in zip(h, ks.strip("."))) for h, ks in zip(hands, parts[2:-4:2]))
-    return View(hands, told, _pairs(parts[-4]), tuple(int(ch) for ch in parts[-3]), int(parts[-2][0]), int(parts[-2][1]),
-                int(parts[-1]))
+    return View(hands, told, _pairs(parts[-4]), tuple(int(ch) for ch in parts[-3]), int(parts[-2][0]),
+                int(parts[-2][1]), int(parts[-1]))
 
 
 def is_view(text: str) -> bool:

@@ -169,7 +169,8 @@ class HanabiConfig(Strict):
     def _fits(self) -> HanabiConfig:
         deck = self.colours * sum(3 if r == 1 else 1 if r == self.ranks else 2 for r in range(1, self.ranks + 1))
         if self.hand * self.players > deck:
-            raise ValueError(f"hand {self.hand} x players {self.players} = {self.hand * self.players} cards, but a deck "
+            cards = self.hand * self.players
+            raise ValueError(f"hand {self.hand} x players {self.players} = {cards} cards, but a deck "
                              f"of {self.colours} colours x ranks 1-{self.ranks} holds {deck}")
         bad = [t for t in self.teams if len(t) != self.players]
         if bad:

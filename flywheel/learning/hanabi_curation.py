@@ -11,8 +11,8 @@ Every battle of the iteration with a target in it is replayed by the referee
   misplay that cost a life, the discard of the last copy of a card a firework still needs), in any
   game it played, won, tied or lost, the better move is learnt there (source ``rules``): the
   cautious partner's move in that view (flywheel/games/hanabi_policy.py) where it is not itself
-  wrong, else the first move that is not (where every move is wrong, nothing is learnt there). Its DPO pair is (the better move, the target's move);
-  no winner's move displaces it.
+  wrong, else the first move that is not (where every move is wrong, nothing is learnt there).
+  Its DPO pair is (the better move, the target's move); no winner's move displaces it.
 
 Deals in ``held_out`` (eval and validation) are never learnt (counted as ``contaminated``).
 """
@@ -90,5 +90,6 @@ def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets
             dropped["duplicate"] += 1
             continue
         kept.add((t, view))
-        sft.append(SFTExample(view, say(move), stable_id("position", view), b.category, who, b.battle_id, b.iteration, t))
+        pid = stable_id("position", view)
+        sft.append(SFTExample(view, say(move), pid, b.category, who, b.battle_id, b.iteration, t))
     return Curated(sft, dpo, dropped)

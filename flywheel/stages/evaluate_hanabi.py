@@ -65,7 +65,8 @@ def evaluate_hanabi(ctx: Context, k: int, versions: list[str], publish) -> EvalR
     scores = team_scores(ctx.store.judged(k, "eval"))
     teams = {t: mean_ci(list(s.values())) for t, s in sorted(scores.items())}
     ceiling = mean_ci([open_hand_score(parse_deal(p.text)) for p in ctx.eval_split])
-    by_model = {r.model: r for r in board(ctx.store.judged(None, "eval"), ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
+    every = ctx.store.judged(None, "eval")
+    by_model = {r.model: r for r in board(every, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
     evals: dict[str, VersionEval] = {}
     for m in versions + ctx.roster.opponents:
         mine = {t: v for t, v in teams.items() if base_name(m) in {base_name(x) for x in t.split("+")}}
@@ -73,7 +74,8 @@ def evaluate_hanabi(ctx: Context, k: int, versions: list[str], publish) -> EvalR
         r = by_model.get(m)
         evals[m] = VersionEval(acc, {"hanabi": acc}, r.rating if r else None, [r.lower, r.upper] if r else None, {},
                                None, _validate(ctx, m, k, top) if m in versions else None, mine)
-    rows = [{**r.to_dict(), **{f"score_{x}": teams.get(r.model, {}).get(x) for x in ("mean_score", "ci_low", "ci_high")}}
+    rows = [{**r.to_dict(), **{f"score_{x}": teams.get(r.model, {}).get(x) for x in ("mean_score", "ci_low",
+                                                                                      "ci_high")}}
             for r in by_model.values()]
     atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}-hanabi.json"),
                       {"max_score": top, "ceiling_open_hands": ceiling, "teams": teams})

@@ -78,7 +78,8 @@ def bandit_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
     specs = ctx.store.plan(k) or []
     out = {}
     for t in ctx.roster.targets:
-        mine = [s for s in specs if t in {PlayerVersion.parse(m).name for m in team_members(s.model_a) + team_members(s.model_b)}]
+        mine = [s for s in specs
+                if t in {PlayerVersion.parse(m).name for m in team_members(s.model_a) + team_members(s.model_b)}]
         counts = count_arms(mine)
         sel = load_selector(ctx, t, k, 10**9)
         out[t] = [{**st, "battles": counts.get(st["arm"], 0),

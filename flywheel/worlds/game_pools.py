@@ -28,7 +28,8 @@ def game_splits(gc) -> tuple[list[Prompt], list[Prompt], list[Prompt]]:
     evals: list[Prompt] = []
     for name in gc.games:
         if name == "hanabi":
-            deals = list(dict.fromkeys(new_deal(hanabi_setup(gc), rng) for _ in range(gc.train_per_cell + gc.eval_per_cell)))
+            want = gc.train_per_cell + gc.eval_per_cell
+            deals = list(dict.fromkeys(new_deal(hanabi_setup(gc), rng) for _ in range(want)))
             evals += [Prompt(stable_id("hanabi", d), d, "hanabi", 0, None, "eval") for d in deals[:gc.eval_per_cell]]
             train += [Prompt(stable_id("hanabi", d), d, "hanabi", 0, None, "train") for d in deals[gc.eval_per_cell:]]
             continue
