@@ -22,7 +22,12 @@ def columns_for(rows: Sequence[dict[str, Any]], base: Sequence[str] = COLUMNS) -
     if any(r.get("note") for r in rows):
         cols += ("note",)
     cols += tuple(sorted({c for r in rows for c in r if c.startswith("wd_vs_")}))  # games: win-or-draw rates
+    cols += tuple(c for c in SCORE_COLUMNS if any(r.get(c) is not None for r in rows))  # hanabi: team scores
     return cols
+
+
+# Hanabi's eval rows: a team's mean score on the latest iteration's eval deals and its 95% interval
+SCORE_COLUMNS = ("mean_score", "score_low", "score_high")
 
 
 def cell(v: Any) -> str:

@@ -6,7 +6,8 @@ Each target's newest version plays with itself (self-play) and with each opponen
 they are evaluated. The leaderboard is Bradley-Terry over every eval battle so far (team rows);
 beside it, each team's mean score on this iteration's deals with its 95% interval, and the score
 ceiling: seats that see their own cards (``hanabi_policy.open_hand_score``) on the same deals,
-in ``ratings/iter-<k>-hanabi.json``. A version's ``accuracy`` is its self-play mean score over the
+in ``ratings/iter-<k>-hanabi.json``; the leaderboard's rows carry the mean and its interval too
+(``mean_score``, ``score_low``, ``score_high``; absent for a team that did not play this iteration). A version's ``accuracy`` is its self-play mean score over the
 maximum; its validation figure the same on the validation deals (played here, not logged).
 """
 
@@ -21,6 +22,7 @@ from flywheel.arena.selection import arm_of, partner_team, seat
 from flywheel.games.hanabi_policy import open_hand_score
 from flywheel.games.hanabi_referee import parse_deal
 from flywheel.ground.atomic import atomic_write_json
+from flywheel.ground.reports import SCORE_COLUMNS
 from flywheel.ground.records import BattleSpec, JudgedBattle, Prompt, base_name, stable_id, team_name
 from flywheel.ground.store import iter_name
 from flywheel.maths.leaderboard import board
@@ -74,9 +76,8 @@ def evaluate_hanabi(ctx: Context, k: int, versions: list[str], publish) -> EvalR
         r = by_model.get(m)
         evals[m] = VersionEval(acc, {"hanabi": acc}, r.rating if r else None, [r.lower, r.upper] if r else None, {},
                                None, _validate(ctx, m, k, top) if m in versions else None, mine)
-    rows = [{**r.to_dict(), **{f"score_{x}": teams.get(r.model, {}).get(x) for x in ("mean_score", "ci_low",
-                                                                                      "ci_high")}}
-            for r in by_model.values()]
+    scored = {t: dict(zip(SCORE_COLUMNS, (v["mean_score"], v["ci_low"], v["ci_high"]))) for t, v in teams.items()}
+    rows = [{**r.to_dict(), **scored.get(r.model, {})} for r in by_model.values()]
     atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}-hanabi.json"),
                       {"max_score": top, "ceiling_open_hands": ceiling, "teams": teams})
     publish(ctx, k, rows)
