@@ -141,7 +141,7 @@ def test_two_cautious_bots_outrank_two_random_movers_on_20_decks(tmp_path):
     rows = {r.model: r for r in board(judged, cfg.rating, 0)}
     strong, weak = rows["cautious+cautious"], rows["random+random"]
     assert strong.rating > weak.rating and strong.lower > weak.upper
-    means = {t: sum(s.values()) / len(s) for t, s in team_scores(judged).items()}
+    means = {t: sum(s) / len(s) for t, s in team_scores(judged).items()}
     assert sorted(means, key=means.get) == sorted(rows, key=lambda t: rows[t].rating)
 
 

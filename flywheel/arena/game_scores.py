@@ -50,15 +50,16 @@ def win_or_draw(judged: Iterable[JudgedBattle], player: str) -> tuple[float, dic
     return sum(every) / len(every), {c: sum(v) / len(v) for c, v in sorted(by_cat.items())}
 
 
-def team_scores(judged: Iterable[JudgedBattle]) -> dict[str, dict[str, int]]:
-    """Hanabi: every team's score on each deal (by prompt id) over duplicate battles, from the
-    judge's ``raw`` scores (a team met on one deal twice keeps one score: the deck decides it)."""
-    out: dict[str, dict[str, int]] = {}
+def team_scores(judged: Iterable[JudgedBattle]) -> dict[str, list[int]]:
+    """Hanabi: every team's score in each of its games over duplicate battles, from the judge's
+    ``raw`` scores (a team that met two teams on one deal played it twice: players that sample
+    may score differently)."""
+    out: dict[str, list[int]] = {}
     for jb in judged:
         scores = json.loads(jb.judgment.raw or "{}").get("scores") or {}
         for side, team in (("a", jb.battle.model_a), ("b", jb.battle.model_b)):
             if scores.get(side) is not None:
-                out.setdefault(team, {})[jb.battle.prompt_id] = scores[side]
+                out.setdefault(team, []).append(scores[side])
     return out
 
 

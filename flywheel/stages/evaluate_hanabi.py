@@ -65,7 +65,7 @@ def evaluate_hanabi(ctx: Context, k: int, versions: list[str], publish) -> EvalR
     judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     top = hanabi_setup(ctx.cfg.world.games).max_score
     scores = team_scores(ctx.store.judged(k, "eval"))
-    teams = {t: mean_ci(list(s.values())) for t, s in sorted(scores.items())}
+    teams = {t: mean_ci(s) for t, s in sorted(scores.items())}
     ceiling = mean_ci([open_hand_score(parse_deal(p.text)) for p in ctx.eval_split])
     every = ctx.store.judged(None, "eval")
     by_model = {r.model: r for r in board(every, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
@@ -93,6 +93,6 @@ def _validate(ctx: Context, version: str, k: int, top: int) -> Validation:
     gc = ctx.cfg.world.games
     played = [b for b in play_hanabi(ctx.roster, specs, ctx.prompts, gc.prompt, gc.max_illegal)[0] if b.ok]
     judged = [JudgedBattle(b, j) for b, j in zip(played, ctx.judge.judge(played)) if j.valid]
-    mine = [s for t, by_deal in team_scores(judged).items() if version in t.split("+") for s in by_deal.values()]
+    mine = [s for t, games in team_scores(judged).items() if version in t.split("+") for s in games]
     acc = sum(mine) / len(mine) / top if mine else 0.0
     return Validation(len(ctx.validation), acc, {"hanabi": acc})
