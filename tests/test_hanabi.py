@@ -217,15 +217,17 @@ def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tm
              (["--set", "world.games.hanabi.hand=9", "--set", "world.games.hanabi.colours=2", "--set",
                "world.games.hanabi.ranks=2"],
               "hand 9 x players 2 = 18 cards, but a deck of 2 colours x ranks 1-2 holds 8"),
+             (["--set", "opponents=[{name: deep, kind: minimax}]"],
+              "player deep: kind minimax plays tic-tac-toe and Connect Four, not hanabi"),
              (["--set", "world.games.hanabi.teams=[[cautious, nobody]]"],
               "world.games.hanabi.teams: nobody in team ['cautious', 'nobody'] is not a player")]
     for extra, says in cases:
         got = CliRunner().invoke(app, ["check", *base, *extra])
         assert got.exit_code == 2 and got.stderr.startswith("error: invalid config:") and says in got.stderr, got.output
         assert "Traceback" not in got.output
-    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *base, *cases[2][0]], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *base, *cases[-1][0]], capture_output=True,
                           text=True, env=cli_env, timeout=120)
-    assert proc.returncode == 2 and cases[2][1] in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and cases[-1][1] in proc.stderr and "Traceback" not in proc.stderr
     assert not root.exists()
 
 

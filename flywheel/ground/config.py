@@ -351,7 +351,12 @@ class FlywheelConfig(Strict):
 
     def _hanabi_is_playable(self, names: list[str]) -> None:
         gc = self.world.games
-        if "hanabi" not in gc.games:
+        hanabi = "hanabi" in gc.games
+        for p in self.targets + self.opponents:
+            if hanabi and p.kind == "minimax" or not hanabi and p.kind == "cautious":
+                plays = "hanabi" if p.kind == "cautious" else "tic-tac-toe and Connect Four"
+                raise ValueError(f"player {p.name}: kind {p.kind} plays {plays}, not {', '.join(gc.games)}")
+        if not hanabi:
             return
         if len(gc.games) > 1:
             raise ValueError("world.games.games: hanabi is played alone (its battles are team battles in duplicate)")
