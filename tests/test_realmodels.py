@@ -90,7 +90,7 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
               "(set chat: auto to ask it in raw text)"),
              (["--set", "opponents.1.kind=transfomers"],
               "error: opponents.1 (scribe): unknown kind 'transfomers'; did you mean 'transformers'? "
-              "(known: anthropic, minimax, openai, random, reference-answer, transformers, vllm, wrong-answer)"),
+              "(known: anthropic, cautious, minimax, openai, random, reference-answer, transformers, vllm, wrong-answer)"),
              (["--set", "opponents.0.kind=my_pkg.nowhere:Player"],
               "error: opponents.0 (calc): kind 'my_pkg.nowhere:Player': cannot import 'my_pkg.nowhere': "
               "No module named 'my_pkg'"),

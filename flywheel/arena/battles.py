@@ -7,6 +7,7 @@ import logging
 from flywheel.arena.conversations import play_conversations
 from flywheel.arena.games import play_games
 from flywheel.arena.generation import _usage, cached_answers, generate_cached, generation_keys  # noqa: F401 - their home was here
+from flywheel.arena.hanabi_play import play_hanabi
 from flywheel.ground.progress import Progress
 from flywheel.ground.records import Battle, BattleSpec, Prompt
 from flywheel.ground.store import RunStore
@@ -61,7 +62,8 @@ def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts:
 def _play_games(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts: dict[str, Prompt],
                 name: str | None) -> None:
     gc = roster.cfg.world.games
-    battles, usage = play_games(roster, todo, prompts, gc.prompt, gc.max_illegal)
+    play = play_hanabi if "hanabi" in gc.games else play_games
+    battles, usage = play(roster, todo, prompts, gc.prompt, gc.max_illegal)
     store.append_battles(battles, name)
     for row in usage:
         store.append_usage({"iteration": todo[0].iteration, "phase": todo[0].phase, **row})

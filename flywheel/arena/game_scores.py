@@ -1,7 +1,9 @@
-"""Game results from a player's side: wins, draws and losses against each opponent."""
+"""Game results from a player's side: wins, draws and losses against each opponent; Hanabi's
+team scores per deal."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from flywheel.ground.records import SCORE_A, JudgedBattle
@@ -46,3 +48,25 @@ def win_or_draw(judged: Iterable[JudgedBattle], player: str) -> tuple[float, dic
     if not every:
         return 0.0, {}
     return sum(every) / len(every), {c: sum(v) / len(v) for c, v in sorted(by_cat.items())}
+
+
+def team_scores(judged: Iterable[JudgedBattle]) -> dict[str, list[int]]:
+    """Hanabi: every team's score in each of its games over duplicate battles, from the judge's
+    ``raw`` scores (a team that met two teams on one deal played it twice: players that sample
+    may score differently)."""
+    out: dict[str, list[int]] = {}
+    for jb in judged:
+        scores = json.loads(jb.judgment.raw or "{}").get("scores") or {}
+        for side, team in (("a", jb.battle.model_a), ("b", jb.battle.model_b)):
+            if scores.get(side) is not None:
+                out.setdefault(team, []).append(scores[side])
+    return out
+
+
+def mean_ci(values: list[float]) -> dict[str, float]:
+    """games, mean and its 95% normal interval (``ci_low``, ``ci_high``) of ``values``."""
+    n = len(values)
+    mean = sum(values) / n if n else 0.0
+    sd = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    half = 1.96 * sd / n ** 0.5 if n else 0.0
+    return {"games": n, "mean_score": round(mean, 3), "ci_low": round(mean - half, 3), "ci_high": round(mean + half, 3)}

@@ -40,10 +40,14 @@ from flywheel.ground.records import (
     Battle,
     BattleSpec,
     JudgedBattle,
+    TEAM,
     PlayerVersion,
     Prompt,
     base_name,
+    in_side_a,
     stable_id,
+    team_members,
+    team_name,
     versioned,
 )
 from flywheel.maths.bandits import Bandit, gini, pfsp_weights
@@ -98,15 +102,19 @@ def past_self(version: str, rng: np.random.Generator) -> str:
 
 def _seat_a(b: Battle, target: str) -> bool:
     """Whether ``target`` (a version, or a base name) sits in seat A; an exact version decides
-    a battle of two versions of one target (self-play), else the base name."""
-    if target in (b.model_a, b.model_b):
-        return b.model_a == target
-    return base_name(b.model_a) == base_name(target)
+    a battle of two versions of one target (self-play), else the base name; in a duplicate team
+    battle, the side of its team (``records.in_side_a``)."""
+    return in_side_a(b.model_a, b.model_b, target)
 
 
 def _opponent(b: Battle, target: str) -> str:
-    """The opponent arm of ``target``'s battle (``self`` for a version of the target)."""
-    opp = b.model_b if _seat_a(b, target) else b.model_a
+    """The opponent arm of ``target``'s battle (``self`` for a version of the target); in a
+    duplicate team battle, its partner in its team."""
+    mine = b.model_a if _seat_a(b, target) else b.model_b
+    if TEAM in mine:
+        opp = next((m for m in team_members(mine) if base_name(m) != base_name(target)), target)
+    else:
+        opp = b.model_b if mine == b.model_a else b.model_a
     return SELF if base_name(opp) == base_name(target) else opp
 
 
@@ -116,8 +124,8 @@ def _score(jb: JudgedBattle, target: str) -> float:
 
 
 def plays(b: Battle, target_base: str) -> bool:
-    """Whether ``target_base`` (a base name) played battle ``b``, in either seat."""
-    return target_base in (base_name(b.model_a), base_name(b.model_b))
+    """Whether ``target_base`` (a base name) played battle ``b``, in either seat (or team)."""
+    return target_base in {base_name(m) for m in team_members(b.model_a) + team_members(b.model_b)}
 
 
 def asker_bandit(cfg: SelectConfig, askers: list[str]) -> Bandit | None:
@@ -225,13 +233,17 @@ def pick_prompts(pool_by_cell: dict[str, list[Prompt]], choices: list[tuple[str,
 class SelectionRound:
     """One target's selection round to plan: ``battles`` train battles for ``target`` (a versioned
     name, e.g. ``student@1``) in round ``rnd`` (1-based) of iteration ``iteration`` of a run seeded
-    ``seed``; together they seed the round's draws and name its battles."""
+    ``seed``; together they seed the round's draws and name its battles. ``team_seats`` > 0: a
+    team game (Hanabi) of that many seats, where the opponent arm is the target's partner: the
+    target and its partner (in a seat drawn per battle) play the partner's self-play team on the
+    same deal."""
 
     target: str
     battles: int
     iteration: int
     rnd: int
     seed: int
+    team_seats: int = 0
 
 
 def plan_round(
@@ -255,9 +267,18 @@ def plan_round(
         if opponent == SELF:
             opponent = past_self(target, rng)
         key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
-        a, b = seat(key, target, opponent)
+        mine = partner_team(key, target, opponent, this_round.team_seats) if this_round.team_seats else target
+        a, b = seat(key, mine, opponent)
         specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell, askers[i]))
     return specs
+
+
+def partner_team(key: str, target: str, partner: str, seats: int) -> str:
+    """The team of ``target`` and ``partner`` in a game of ``seats``: the partner in every seat but
+    one, the target's, drawn from ``key``."""
+    members = [partner] * seats
+    members[int(stable_id(key, "team-seat"), 16) % seats] = target
+    return team_name(members)
 
 
 def feedback(

@@ -24,7 +24,7 @@ def clean_attempt(answer: str) -> str:
     return re.sub(r"[^0-9a-z]", "", answer.lower())[:8] or "_"
 
 
-def move_token(rejected: list[str], move: int | None) -> str:
+def move_token(rejected: list[str], move: int | str | None) -> str:
     """One move of the record: the rejected answers, then the move (or ``!`` for a forfeit)."""
     return "|".join([clean_attempt(r) for r in rejected] + [FORFEIT if move is None else str(move)])
 

@@ -1,5 +1,5 @@
 """One config tree for the whole flywheel: a pydantic model per section, every field with a
-default and a description (``config_parts`` holds the players' and the judge's, ``config_train``
+default and a description (``config_parts`` holds the players', the judge's and Hanabi's, ``config_train``
 the train section's). Loading it from YAML, with overrides, is ``config_io``."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
+from flywheel.ground.config_parts import HanabiConfig, JudgeConfig, PlayerConfig, Strict
 from flywheel.ground.config_teach import TeachingConfig  # the tree's select.teaching
 from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
 
@@ -94,8 +94,9 @@ class PromptPoolConfig(Strict):
 class GamesConfig(Strict):
     """The games world (``world.kind: games``; see flywheel/games/ and worlds/game_pools.py): start positions and rules of play."""
 
-    games: list[Literal["tictactoe", "connect4"]] = Field(["tictactoe"], min_length=1, description="Games played "
-                                                          "(the world's categories).")
+    games: list[Literal["tictactoe", "connect4", "hanabi"]] = Field(["tictactoe"], min_length=1, description="Games "
+        "played (the world's categories). hanabi is played alone: its battles are team battles in duplicate.")
+    hanabi: HanabiConfig = Field(default_factory=HanabiConfig)
     openings: list[int] = Field([1, 2, 3], min_length=1, description="Random opening moves before a battle starts "
                                 "(the world's levels): more gives more distinct start positions.")
     train_per_cell: int = Field(200, ge=1, description="Train start positions per game x opening.")
@@ -385,10 +386,30 @@ class FlywheelConfig(Strict):
             bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
             if bad:
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")
+            self._hanabi_is_playable(names)
         if any("@" in n for n in names):
             raise ValueError("player names may not contain '@' (it marks versions)")
+        if any("+" in n for n in names):
+            raise ValueError("player names may not contain '+' (it joins the players of a team)")
         self._rl_is_usable()
         return self
+
+    def _hanabi_is_playable(self, names: list[str]) -> None:
+        gc = self.world.games
+        hanabi = "hanabi" in gc.games
+        for p in self.targets + self.opponents:
+            if hanabi and p.kind == "minimax" or not hanabi and p.kind == "cautious":
+                plays = "hanabi" if p.kind == "cautious" else "tic-tac-toe and Connect Four"
+                raise ValueError(f"player {p.name}: kind {p.kind} plays {plays}, not {', '.join(gc.games)}")
+        if not hanabi:
+            return
+        if len(gc.games) > 1:
+            raise ValueError("world.games.games: hanabi is played alone (its battles are team battles in duplicate)")
+        for t in gc.hanabi.teams:
+            unknown = [n for n in t if n not in names]
+            if unknown:
+                raise ValueError(f"world.games.hanabi.teams: {', '.join(unknown)} in team {t} is not a player "
+                                 f"(targets and opponents: {', '.join(names)})")
 
     def _rl_is_usable(self) -> None:
         """GRPO iterations need a reward they can use: a prompt world, groups that fill a batch,

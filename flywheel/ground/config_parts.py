@@ -1,4 +1,4 @@
-"""Sections of the one config tree (flywheel/ground/config.py) for players and judges, and the strict
+"""Sections of the one config tree (flywheel/ground/config.py) for players, judges and Hanabi, and the strict
 base every section shares. Import them from ``flywheel.ground.config``."""
 
 from __future__ import annotations
@@ -151,4 +151,31 @@ class JudgeConfig(Strict):
             raise ValueError("kind custom needs judge.custom ('module:Class' or 'module:function')")
         if self.kind == "reward_model" and not self.reward_model:
             raise ValueError("kind reward_model needs judge.reward_model (the path of a reward model)")
+        return self
+
+
+class HanabiConfig(Strict):
+    """Hanabi's size and its eval teams (``world.games.games: [hanabi]``; see flywheel/games/hanabi.py)."""
+
+    players: int = Field(2, ge=2, le=5, description="Seats at the table (a team's size).")
+    colours: int = Field(5, ge=2, le=5, description="Colours in the deck (r, y, g, b, w: the first this many).")
+    ranks: int = Field(5, ge=1, le=5, description="Ranks per colour (1 to this): three 1s, one top card, two of "
+                       "each rank between.")
+    hand: int = Field(5, ge=1, description="Cards in each hand; hand x players must fit in the deck.")
+    hints: int = Field(8, ge=1, le=9, description="Hint tokens (the maximum, and the start).")
+    lives: int = Field(3, ge=1, le=9, description="Lives: a misplayed card costs one; the game ends at none.")
+    teams: list[list[str]] = Field([], description="More teams for the eval leaderboard, each a list of players by "
+                                   "seat (targets or opponents, one per seat); each plays every eval deal against "
+                                   "every opponent's self-play team.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> HanabiConfig:
+        deck = self.colours * sum(3 if r == 1 else 1 if r == self.ranks else 2 for r in range(1, self.ranks + 1))
+        if self.hand * self.players > deck:
+            cards = self.hand * self.players
+            raise ValueError(f"hand {self.hand} x players {self.players} = {cards} cards, but a deck "
+                             f"of {self.colours} colours x ranks 1-{self.ranks} holds {deck}")
+        bad = [t for t in self.teams if len(t) != self.players]
+        if bad:
+            raise ValueError(f"teams {bad}: a team has one player per seat ({self.players})")
         return self

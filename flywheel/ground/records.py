@@ -36,6 +36,8 @@ class PlayerVersion(NamedTuple):
 
     @classmethod
     def parse(cls, arena_name: str) -> PlayerVersion:
+        if TEAM in arena_name:  # a team is a name of its own, never a version
+            return cls(arena_name, None)
         base, _, k = arena_name.partition("@")
         return cls(base, int(k) if k else None)
 
@@ -51,6 +53,33 @@ def versioned(name: str, k: int) -> str:
 def base_name(arena_name: str) -> str:
     """The player an arena name belongs to (``student@2`` -> ``student``)."""
     return PlayerVersion.parse(arena_name).name
+
+
+TEAM = "+"
+
+
+def team_name(members: list[str]) -> str:
+    """The arena name of a team (Hanabi's duplicate battles): its players by seat, joined by ``+``."""
+    return TEAM.join(members)
+
+
+def team_members(arena_name: str) -> list[str]:
+    """The players of a team by seat (a plain name is a team of itself alone)."""
+    return arena_name.split(TEAM)
+
+
+def in_side_a(model_a: str, model_b: str, player: str) -> bool:
+    """Whether ``player`` (a version, or a base name) plays on side A of a battle between
+    ``model_a`` and ``model_b`` (players or teams). An exact version decides before a base name;
+    where both sides hold the player (self-play), side A, unless only side B is a team of several
+    (a duplicate battle of the player and its partner against the partner's self-play team)."""
+    a, b = team_members(model_a), team_members(model_b)
+    if player not in a and player not in b:
+        player = base_name(player)
+        a, b = [base_name(m) for m in a], [base_name(m) for m in b]
+    if player in a and player in b:
+        return TEAM in model_a or TEAM not in model_b
+    return player in a
 
 
 class _Row:
@@ -195,9 +224,9 @@ class JudgedBattle:
         return self.judgment.winner  # type: ignore[return-value]  # valid: never None
 
     def score_of(self, player: str) -> float:
-        """The score (1 win, 0.5 tie, 0 loss) of the seat whose player (base name) is ``player``."""
+        """The score (1 win, 0.5 tie, 0 loss) of the side ``player`` (a base name) plays on (``in_side_a``)."""
         a = SCORE_A[self.winner]
-        return a if base_name(self.battle.model_a) == player else 1.0 - a
+        return a if in_side_a(self.battle.model_a, self.battle.model_b, player) else 1.0 - a
 
 
 @dataclass(frozen=True)

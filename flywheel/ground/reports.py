@@ -22,7 +22,12 @@ def columns_for(rows: Sequence[dict[str, Any]], base: Sequence[str] = COLUMNS) -
     if any(r.get("note") for r in rows):
         cols += ("note",)
     cols += tuple(sorted({c for r in rows for c in r if c.startswith("wd_vs_")}))  # games: win-or-draw rates
+    cols += tuple(c for c in SCORE_COLUMNS if any(r.get(c) is not None for r in rows))  # hanabi: team scores
     return cols
+
+
+# Hanabi's eval rows: a team's mean score on the latest iteration's eval deals and its 95% interval
+SCORE_COLUMNS = ("mean_score", "score_low", "score_high")
 
 
 def cell(v: Any) -> str:
@@ -176,6 +181,8 @@ def games_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
 def games_table(summary: dict[str, Any]) -> str:
     rows = games_rows(summary)
     cols = ["model", "opponent", "games", "win", "draw", "loss", "win_or_draw", "validation_wd"]
+    if any("mean_score" in r for r in rows):  # hanabi: each team's mean score on the eval deals
+        cols = ["model", "opponent", "games", "mean_score", "ci_low", "ci_high", "validation_wd"]
     return text_table(rows, cols) if rows else ""
 
 

@@ -1,6 +1,8 @@
-"""The reference players of the games world: a random mover and a depth-limited minimax player.
+"""The reference players of the games world: a random mover, a depth-limited minimax player and
+Hanabi's cautious partner.
 
-Both read the position from the prompt (its key, in either text style) and answer a move number.
+Each reads the position from the prompt (its key, in either text style) and answers a move number
+(a move code in Hanabi: ``p2``, ``hr``; the random mover plays Hanabi too).
 Their choices are seeded by the run's seed and the prompt's id (which names the game and the
 ply), so a replayed or resumed game gets the same moves, and different games different ones.
 """
@@ -10,6 +12,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from flywheel.games.hanabi import View, is_view, parse_view
+from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.rules import Position, other, parse_position
 from flywheel.ground.records import Generation, Prompt, stable_id
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
@@ -32,6 +36,9 @@ class _GamePlayer(Player):
     def generate(self, prompts: list[Prompt], params: SamplingParams) -> list[Generation]:
         out = []
         for p in prompts:
+            if is_view(p.text):
+                out.append(Generation(self.name, p.id, self.hanabi_move(parse_view(p.text), self._rng(p, params))))
+                continue
             try:
                 pos = parse_position(p.text)
             except ValueError as e:
@@ -43,12 +50,29 @@ class _GamePlayer(Player):
     def move(self, pos: Position, rng: random.Random) -> int:
         raise NotImplementedError
 
+    def hanabi_move(self, view: View, rng: random.Random) -> str:
+        raise NotImplementedError(f"{type(self).__name__} does not play hanabi")
+
 
 class RandomMover(_GamePlayer):
-    """Plays a uniformly random legal move (``kind: random``)."""
+    """Plays a uniformly random legal move (``kind: random``), in Hanabi too."""
 
     def move(self, pos: Position, rng: random.Random) -> int:
         return rng.choice(pos.legal_moves())
+
+    def hanabi_move(self, view: View, rng: random.Random) -> str:
+        return rng.choice(view.legal_moves())
+
+
+class CautiousPartner(_GamePlayer):
+    """Hanabi's cautious partner (``kind: cautious``): plays only cards it knows are playable and
+    hints playable cards to the next seat (flywheel/games/hanabi_policy.py)."""
+
+    def move(self, pos: Position, rng: random.Random) -> int:
+        raise ValueError(f"{self.name}: the cautious kind plays hanabi only")
+
+    def hanabi_move(self, view: View, rng: random.Random) -> str:
+        return cautious_move(view)
 
 
 class MinimaxPlayer(_GamePlayer):

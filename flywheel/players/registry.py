@@ -17,6 +17,7 @@ PLAYER_KINDS: dict[str, str] = {
     "vllm": "flywheel.players.vllm_player:VLLMPlayer",
     "random": "flywheel.players.reference:RandomMover",
     "minimax": "flywheel.players.reference:MinimaxPlayer",
+    "cautious": "flywheel.players.reference:CautiousPartner",
     "reference-answer": "flywheel.players.scripted:ReferenceTeacher",
     "wrong-answer": "flywheel.players.scripted:WrongTeacher",
 }

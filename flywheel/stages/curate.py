@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timezone
 
-from flywheel.ground.records import PlayerVersion, stable_id
+from flywheel.ground.records import PlayerVersion, stable_id, team_members
 from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, columns_of, curate, dataset_card, save_dataset
 from flywheel.learning.game_curation import MISSED as GAME_MISSED
 from flywheel.learning.game_curation import RULES as GAME_RULES
 from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
 from flywheel.learning.game_curation import curate_games
+from flywheel.learning.hanabi_curation import RULES as HANABI_RULES
+from flywheel.learning.hanabi_curation import curate_hanabi
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import CurateResult
 from flywheel.stages.teach import taught_sft
@@ -24,7 +26,10 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     held_out = eval_texts | {p.text for p in ctx.validation}  # neither split may reach training data
     battles = ctx.store.battles(k, "train")
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
-    if ctx.cfg.world.kind == "games":
+    hanabi = ctx.cfg.world.kind == "games" and "hanabi" in ctx.cfg.world.games.games
+    if hanabi:
+        cur = curate_hanabi(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.world.games)
+    elif ctx.cfg.world.kind == "games":
         cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
                            ctx.cfg.world.games)
     else:
@@ -32,7 +37,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
         have = {(x.target, x.prompt) for x in cur.sft}  # a taught answer joins where battles made no example
         cur = replace(cur, sft=cur.sft + [x for x in taught_sft(ctx, k) if (x.target, x.prompt) not in have
                                           and x.prompt not in no_train])
-    contestants = sorted({m for b in battles for m in (b.model_a, b.model_b)})
+    contestants = sorted({m for b in battles for team in (b.model_a, b.model_b) for m in team_members(team)})
     players = {"targets": [m for m in contestants if PlayerVersion.parse(m).k is not None],
                "opponents": [m for m in contestants if PlayerVersion.parse(m).k is None]}
     lineage = {
@@ -49,7 +54,7 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     counts = {}
     games = ctx.cfg.world.games if ctx.cfg.world.kind == "games" else None
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
-        rule = None if games is None else (
+        rule = HANABI_RULES[kind] if hanabi else None if games is None else (
             GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "")
             + (GAME_TACTICS[kind] if games.tactics else "")
             + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))

@@ -24,6 +24,7 @@ from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, un
 from flywheel.maths.leaderboard import board
 from flywheel.players.base import ScoresReferences
 from flywheel.stages.context import Context, stage
+from flywheel.stages.evaluate_hanabi import evaluate_hanabi
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 
 
@@ -31,6 +32,8 @@ from flywheel.stages.results import EvalResult, Validation, VersionEval
 def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     versions = [versioned(t, k) for t in ctx.roster.targets]
     active = ctx.cfg.evaluate.sampling == "active"  # prompt worlds only (the config says so)
+    if ctx.cfg.world.kind == "games" and "hanabi" in ctx.cfg.world.games.games:
+        return evaluate_hanabi(ctx, k, versions, _publish)
     if active:
         play_active(ctx, k, versions)
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flywheel.ground.atomic import atomic_write_json
-from flywheel.ground.records import base_name
+from flywheel.ground.records import base_name, team_members
 from flywheel.ground.store import iter_name
 from flywheel.maths.leaderboard import board, columns, online_elo
 from flywheel.stages.context import Context, stage
@@ -19,8 +19,8 @@ def rate_arena(ctx: Context, k: int) -> RateResult:
     online = online_elo(*columns(judged), k_factor=rc.online_k, scale=rc.scale, base=rc.base, init=rc.init)
     arms: dict[str, list[float]] = {}
     for jb in judged:
-        seat_a = base_name(jb.battle.model_a)
-        target = seat_a if seat_a in ctx.roster.targets else base_name(jb.battle.model_b)
+        seat_a = [base_name(m) for m in team_members(jb.battle.model_a)]
+        target = next((t for t in ctx.roster.targets if t in seat_a), base_name(team_members(jb.battle.model_b)[0]))
         arms.setdefault(jb.battle.arm, []).append(jb.score_of(target))
     out = RateResult([r.to_dict() for r in rows], {m: round(x, 2) for m, x in online.items()},
                      {arm: round(sum(v) / len(v), 4) for arm, v in sorted(arms.items())})

@@ -66,7 +66,9 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             if cfg.opponents == "pfsp":
                 rates = selection.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
                                                      selection.opponent_arms(cfg, ctx.roster.opponents))
-            this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed)
+            gc = ctx.cfg.world.games
+            seats = gc.hanabi.players if ctx.cfg.world.kind == "games" and "hanabi" in gc.games else 0
+            this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed, seats)
             specs += selection.plan_round(selectors[t], cfg, ctx.pool_by_cell, this_round, used,
                                           opp_win_rates=rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)

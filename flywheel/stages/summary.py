@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from flywheel.ground.atomic import atomic_write_json, read_json
-from flywheel.ground.records import PlayerVersion
+from flywheel.ground.records import PlayerVersion, team_members
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
 from flywheel.stages.context import Context, read_stage
@@ -79,7 +79,8 @@ def bandit_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
     specs = ctx.store.plan(k) or []
     out = {}
     for t in ctx.roster.targets:
-        mine = [s for s in specs if t in (PlayerVersion.parse(s.model_a).name, PlayerVersion.parse(s.model_b).name)]
+        mine = [s for s in specs
+                if t in {PlayerVersion.parse(m).name for m in team_members(s.model_a) + team_members(s.model_b)}]
         counts = count_arms(mine)
         sel = load_selector(ctx, t, k, 10**9)
         out[t] = [{**st, "battles": counts.get(st["arm"], 0),

@@ -128,7 +128,9 @@ def fingerprint(world: WorldConfig, spec: ModelSpec, seed: int) -> dict:
     if world.conversation.turns > 1:  # (kept out otherwise, likewise) second turns in the pool
         made["turns"] = 2
     if world.kind == "games":  # (kept out otherwise: task models keep their fingerprints)
-        made = {"games": world.games.model_dump(mode="json", exclude=NOT_PRETRAINING), "model": spec.model_dump(mode="json"),
+        skip: dict = dict.fromkeys(NOT_PRETRAINING, True)
+        skip["hanabi"] = {"teams": True} if "hanabi" in world.games.games else True  # other games' models keep theirs
+        made = {"games": world.games.model_dump(mode="json", exclude=skip), "model": spec.model_dump(mode="json"),
                 "batch_size": world.batch_size, "seed": seed}
     return {"kind": "tiny", "fingerprint": stable_id(json.dumps(made, sort_keys=True)), "made_with": made}
 
