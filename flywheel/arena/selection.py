@@ -50,6 +50,7 @@ from flywheel.ground.records import (
     team_name,
     versioned,
 )
+from flywheel.maths.bandits import validation_progress  # noqa: F401 - the rewards stage reads it here
 from flywheel.maths.bandits import Bandit, gini, pfsp_weights
 
 REWARDS = ("yield", "progress", "uncertainty", "learnability", "validation-progress")
@@ -367,20 +368,6 @@ def cell_gains(before: dict[str, bool], after: dict[str, bool], cells: dict[str,
     prompts both versions answered count (a paired comparison); a cell with none is absent."""
     return _cell_means((cell, float(after[pid]) - float(before[pid]))
                        for pid, cell in sorted(cells.items()) if pid in before and pid in after)
-
-
-def validation_progress(gains: list[dict[str, float]], weight: float) -> dict[str, float]:
-    """The ``validation-progress`` reward per cell from the target's training steps, oldest first
-    (``cell_gains`` of each step's version against the version it was trained from): |m| x 2, at
-    most 1 (the scale of ``progress``), where m is an exponential moving average of the cell's
-    gains that starts at the first step's gain and gives each later step ``weight``: an older
-    step's gain fades by (1 - weight) per step, as the target drifts away from it, and noise that
-    goes up and down cancels before the absolute value. Empty before the first training step."""
-    ema: dict[str, float] = {}
-    for step in gains:
-        for c, g in step.items():
-            ema[c] = g if c not in ema else weight * g + (1 - weight) * ema[c]
-    return {c: min(1.0, abs(m) * 2) for c, m in sorted(ema.items())}
 
 
 def arm_scores(judged: Iterable[JudgedBattle], target_base: str) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """One config tree for the whole flywheel: a pydantic model per section, every field with a
 default and a description (``config_parts`` holds the players', the judge's and Hanabi's,
-``config_world`` the world's, ``config_train`` the train section's). Loading it from YAML, with overrides, is ``config_io``."""
+``config_world`` the world's, ``config_train`` the train section's). Loading it from YAML, with
+overrides, is ``config_io``."""
 
 from __future__ import annotations
 

@@ -201,3 +201,17 @@ def pfsp_weights(win_rates: np.ndarray, mode: str = "hard", p: float = 2.0) -> n
         raise ValueError(f"unknown PFSP mode {mode!r}; use 'hard' or 'variance'")
     total = w.sum()
     return w / total if total > 0 else np.full(len(x), 1 / len(x))
+
+
+def validation_progress(gains: list[dict[str, float]], weight: float) -> dict[str, float]:
+    """The ``validation-progress`` reward per cell from the target's training steps, oldest first
+    (``flywheel.arena.selection.cell_gains`` of each step's version against the version it was
+    trained from): |m| x 2, at most 1 (the scale of ``progress``), where m is an exponential moving
+    average of the cell's gains that starts at the first step's gain and gives each later step ``weight``: an older
+    step's gain fades by (1 - weight) per step, as the target drifts away from it, and noise that
+    goes up and down cancels before the absolute value. Empty before the first training step."""
+    ema: dict[str, float] = {}
+    for step in gains:
+        for c, g in step.items():
+            ema[c] = g if c not in ema else weight * g + (1 - weight) * ema[c]
+    return {c: min(1.0, abs(m) * 2) for c, m in sorted(ema.items())}
