@@ -120,7 +120,7 @@ def test_cli_conventions_version_choices_and_incompatible_flags(tmp_path):
     assert got.exit_code == 0 and got.output.strip() == f"flywheel {importlib.metadata.version('flywheel')}"
     wide = {"COLUMNS": "200"}  # help is wrapped to the terminal
     assert "table|json|csv|md" in cli.invoke(app, ["rate", "--help"], env=wide).output
-    assert "auto|alpaca|sharegpt|arena-hard|plain" in cli.invoke(app, ["data", "ingest", "--help"], env=wide).output
+    assert "auto|alpaca|sharegpt|arena|arena-hard|plain" in cli.invoke(app, ["data", "ingest", "--help"], env=wide).output
     assert cli.invoke(app, ["rate", str(tmp_path / "x.jsonl"), "--format", "xml"]).exit_code == 2
     assert cli.invoke(app, ["elo", str(tmp_path), "--by", "judge"]).exit_code == 2
     both = cli.invoke(app, ["elo", str(tmp_path), "--plot", str(tmp_path / "e.png"), "--history"])
