@@ -105,7 +105,8 @@ def test_reference_loss_is_the_models_own_loss_on_the_answers(tiny_models_dir):
         a = tok(p.text, add_special_tokens=False).input_ids
         b = tok(p.reference, add_special_tokens=False).input_ids + [tok.eos_token_id]
         with torch.no_grad():
-            out = player.model(input_ids=torch.tensor([a + b]), labels=torch.tensor([[-100] * len(a) + b]))
+            out = player.model(input_ids=torch.tensor([a + b], device=player.model.device),
+                               labels=torch.tensor([[-100] * len(a) + b], device=player.model.device))
         total += float(out.loss) * len(b)
         n += len(b)
     assert player.reference_loss(prompts) == pytest.approx(total / n, rel=1e-4)

@@ -235,7 +235,7 @@ def test_conversational_pairs_are_read_through_the_chat_template_in_training_and
     assert scorer.chat and scorer.ids(messages("1+2=", "add"), "3") == list(
         tokenizer("s add<eos>u 1+2=<eos>a 3<eos>")["input_ids"])
     assert pair_accuracy(scorer, pairs) == res.train_accuracy  # the same ids as the trainer's
-    judge = RewardModelJudge(tmp_path / "rm", tie_margin=0)
+    judge = RewardModelJudge(tmp_path / "rm", tie_margin=0, device="cpu")  # the scorer's arithmetic (on a GPU: bf16)
     j = judge.judge([battle("1", "42", "-42")])[0]
     assert judge.chat and (j.score_a, j.score_b) == pytest.approx(
         scorer.score([[{"role": "user", "content": "20+22="}]] * 2, [assistant("42"), assistant("-42")]), abs=1e-5)

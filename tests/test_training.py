@@ -15,10 +15,21 @@ DPO = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 
                          "rejected": ["16", "abc", "321", "9"] * 4})
 
 
-def changed(base, out) -> list[str]:
+# On a GPU, training is not deterministic to the bit (CUDA's kernels sum in varying orders): there a
+# resumed version is checked against an uninterrupted one to float tolerance; on the CPU, exactly.
+ON_GPU = torch.cuda.is_available()
+
+
+def changed(base, out, close: bool = False) -> list[str]:
+    """The parameters that differ between two checkpoints (``close``: beyond float tolerance)."""
     a = dict(AutoModelForCausalLM.from_pretrained(base).named_parameters())
     b = dict(AutoModelForCausalLM.from_pretrained(out).named_parameters())
-    return [n for n in a if not torch.equal(a[n], b[n])]
+    same = (lambda x, y: torch.allclose(x, y, rtol=1e-3, atol=1e-5)) if close else torch.equal
+    return [n for n in a if not same(a[n], b[n])]
+
+
+def same_loss(a: float | None, b: float | None) -> bool:
+    return a == pytest.approx(b, rel=1e-4) if ON_GPU else a == b
 
 
 @pytest.mark.parametrize("method, lora", [("sft", False), ("dpo", False), ("sft", True)])
@@ -233,9 +244,11 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
     resumed = train_version(TrainJob(base, tmp_path / "resumed", steps, 0, state_dir=state), cfg, *data)
     assert steps_run == [(kill_at[0], 5), (kill_at[0], 6)]  # only the steps after the last checkpoint
     assert json.loads((cut / "trainer_state.json").read_text())["global_step"] == 6  # saved again, whole
-    assert (resumed.steps, resumed.loss, resumed.examples) == (straight.steps, straight.loss, straight.examples)
-    assert changed(tmp_path / "straight", tmp_path / "resumed") == []
+    assert (resumed.steps, resumed.examples) == (straight.steps, straight.examples)
+    assert same_loss(resumed.loss, straight.loss)
+    assert changed(tmp_path / "straight", tmp_path / "resumed", close=ON_GPU) == []
     never = train_version(TrainJob(base, tmp_path / "never", steps, 0, state_dir=tmp_path / "unused"),
                           cfg.model_copy(update={"checkpoint_steps": 0}), *data)
-    assert never.loss == straight.loss and changed(tmp_path / "straight", tmp_path / "never") == []
+    assert same_loss(never.loss, straight.loss)
+    assert changed(tmp_path / "straight", tmp_path / "never", close=ON_GPU) == []
     assert not (tmp_path / "unused").exists()  # checkpoints change nothing but what a kill loses
