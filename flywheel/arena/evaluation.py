@@ -46,16 +46,24 @@ def turn_results(messages: list[Message], p: Prompt, correct: Correct = is_corre
     return out
 
 
+def prompt_turn_results(conversations: dict[str, list[Message]], prompts: list[Prompt], correct: Correct = is_correct
+                        ) -> dict[str, list[bool | None]]:
+    """Each prompt's ``turn_results`` by prompt id, in the order of ``prompts`` (a prompt without a
+    conversation: its turns wrong, as many as the longest conversation has)."""
+    width = max((sum(1 for m in c if m["role"] == "user") for c in conversations.values()), default=1)
+    return {p.id: turn_results(conversations[p.id], p, correct) if p.id in conversations else [False] * width
+            for p in prompts}
+
+
 def conversation_accuracy(conversations: dict[str, list[Message]], prompts: list[Prompt], correct: Correct = is_correct
                           ) -> tuple[float, dict[str, float], list[float]]:
     """(accuracy, per category, per turn) of conversations by prompt id: every checked turn counts
     once (a prompt without a conversation: its turns wrong, as many as the longest has)."""
     by_cat: dict[str, list[bool]] = {}
     by_turn: dict[int, list[bool]] = {}
-    width = max((sum(1 for m in c if m["role"] == "user") for c in conversations.values()), default=1)
+    results = prompt_turn_results(conversations, prompts, correct)
     for p in prompts:
-        got = turn_results(conversations[p.id], p, correct) if p.id in conversations else [False] * width
-        for t, ok in enumerate(got):
+        for t, ok in enumerate(results[p.id]):
             if ok is not None:
                 by_cat.setdefault(p.category, []).append(ok)
                 by_turn.setdefault(t, []).append(ok)
