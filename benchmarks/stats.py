@@ -1,5 +1,6 @@
 """What the flywheel benchmarks share: seeds, means with 95% CIs over seeds, monotone (isotonic)
-fits of accuracy against budget, and the budget ratio read off those fits.
+fits of accuracy against budget, the budget ratio read off those fits, and paired differences
+of two models on the same prompts with a bootstrap over prompts (stratified by run).
 
 A ratio is never read from a first crossing of noisy curves: each arm's accuracy-by-budget points
 are fitted with a non-decreasing step-free curve (pool-adjacent-violators, linear between the
@@ -13,8 +14,12 @@ import multiprocessing as mp
 import os
 import statistics
 from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 def parse_seeds(values: Sequence[str]) -> list[int]:
@@ -95,6 +100,42 @@ def budget_ratio(budgets: Sequence[float], base: Sequence[float], ours: Sequence
     need_base = budget_to_reach(budgets, fb, reach)
     assert need_base is not None
     return need_base / top, "<=" if value_at(budgets, fb, low) > reach else ""
+
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """The mean of per-prompt differences (``ours - theirs``) and its bootstrap interval."""
+
+    mean: float
+    lower: float
+    upper: float
+    prompts: int  # prompt pairs, over every stratum
+
+
+def per_prompt_differences(ours: Mapping[str, float], theirs: Mapping[str, float]) -> np.ndarray:
+    """``ours[p] - theirs[p]`` (float64[P]) for every prompt id both have, in sorted id order; a
+    prompt only one of them has is left out (the caller checks the two cover the same prompts)."""
+    common = sorted(set(ours) & set(theirs))
+    return np.array([float(ours[p]) - float(theirs[p]) for p in common], dtype=np.float64)
+
+
+def stratified_bootstrap(strata: Sequence[np.ndarray], rounds: int = 2000, seed: int = 0,
+                         level: float = 0.95) -> PairedDifference:
+    """The mean of every per-prompt difference in ``strata`` (float64[P_s] each, e.g. one per run)
+    and its percentile ``level`` interval over ``rounds`` resamples that draw, within each stratum,
+    as many prompts as it has, with replacement (a paired bootstrap over prompts; with one stratum,
+    the plain one). Seeded: the same input gives the same interval."""
+    strata = [np.asarray(d, dtype=np.float64) for d in strata if len(d)]
+    n = sum(len(d) for d in strata)
+    if n == 0:
+        raise ValueError("no prompt pairs to compare")
+    rng = np.random.default_rng(seed)
+    sums = np.zeros(rounds)
+    for d in strata:
+        sums += d[rng.integers(0, len(d), size=(rounds, len(d)))].sum(axis=1)
+    lower, upper = np.quantile(sums / n, [(1 - level) / 2, (1 + level) / 2])
+    return PairedDifference(float(np.concatenate(strata).mean()), float(lower), float(upper), n)
 
 
 def _one_thread() -> None:

@@ -2,9 +2,11 @@
 
 import math
 
+import numpy as np
 import pytest
 
-from benchmarks.stats import budget_ratio, budget_to_reach, isotonic, mean_ci, parse_seeds
+from benchmarks.stats import (budget_ratio, budget_to_reach, isotonic, mean_ci, parse_seeds, per_prompt_differences,
+                              stratified_bootstrap)
 
 
 def test_isotonic_pools_violators_and_keeps_monotone_input():
@@ -164,3 +166,29 @@ def test_kills_benchmark_compares_every_figure_and_reports_the_work_apart():
     assert differences(straight, resumed) == ["/iterations[0]/eval/s@1/accuracy: 0.5 vs 0.51"]
     assert work(resumed) == {"generated": 1080, "cached": 900}  # work done is reported apart
     assert differences({"a": 1}, {"b": 1}) == ["/a: only in the straight run", "/b: only in the killed run"]
+
+
+def test_a_paired_difference_is_zero_for_identical_answers_and_one_where_only_ours_are_right():
+    same = {f"p{i}": i % 3 == 0 for i in range(50)}
+    d = stratified_bootstrap([per_prompt_differences(same, dict(same))])
+    assert (d.mean, d.lower, d.upper, d.prompts) == (0.0, 0.0, 0.0, 50)
+    ours, theirs = {f"p{i}": True for i in range(40)}, {f"p{i}": False for i in range(40)}
+    d = stratified_bootstrap([per_prompt_differences(ours, theirs)])
+    assert (d.mean, d.lower, d.upper, d.prompts) == (1.0, 1.0, 1.0, 40)
+    assert list(per_prompt_differences({"a": 1, "b": 0, "c": 1}, {"b": 1, "c": 1, "d": 0})) == [-1.0, 0.0]  # shared
+
+
+def test_a_stratified_bootstrap_pools_every_prompt_and_resamples_within_each_stratum():
+    # run 1: +1 on 30 of 100 prompts, -1 on 10; run 2: +1 on 10 of 100 prompts
+    one = np.array([1.0] * 30 + [-1.0] * 10 + [0.0] * 60)
+    two = np.array([1.0] * 10 + [0.0] * 90)
+    d = stratified_bootstrap([one, two], rounds=4000, seed=1)
+    assert d.prompts == 200 and d.mean == pytest.approx(30 / 200)
+    assert d.lower < 0.15 < d.upper and d.upper - d.lower < 0.15
+    se = np.sqrt((one.var() * 100 + two.var() * 100)) / 200  # the stratified standard error
+    assert (d.upper - d.lower) / 2 == pytest.approx(1.96 * se, rel=0.12)
+    alone = stratified_bootstrap([one], rounds=4000, seed=1)
+    assert alone.mean == pytest.approx(0.2) and alone.prompts == 100
+    assert stratified_bootstrap([one, two], rounds=4000, seed=1) == d  # seeded
+    with pytest.raises(ValueError, match="no prompt pairs"):
+        stratified_bootstrap([np.array([])])
