@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
+from flywheel.ground.conversation import Message, encode
 from flywheel.ground.records import Battle, Judgment, stable_id
 
 
@@ -13,6 +14,18 @@ def pair_battle(prompt: str, response_a: str, response_b: str, reference: str | 
     """A battle record for a bare (prompt, response A, response B[, reference]) pair."""
     bid = stable_id("pair", prompt, response_a, response_b, reference, model_a, model_b)
     return Battle(bid, 0, "train", bid, prompt, category, 0, reference, model_a, model_b, response_a, response_b)
+
+
+def conversation_pair(conversation_a: list[Message], conversation_b: list[Message], category: str = "",
+                      model_a: str = "A", model_b: str = "B") -> Battle:
+    """A battle record for two whole conversations (each ending with its side's answer; a user
+    turn may carry its ``reference``), as a multi-turn battle is logged: its prompt and reference
+    the first user turn's, its responses the last answers."""
+    first = next(m for m in conversation_a if m["role"] == "user")
+    ca, cb = encode(conversation_a), encode(conversation_b)
+    bid = stable_id("pair", ca, cb, model_a, model_b)
+    return Battle(bid, 0, "train", bid, first["content"], category, 0, first.get("reference"), model_a, model_b,
+                  conversation_a[-1]["content"], conversation_b[-1]["content"], conversation_a=ca, conversation_b=cb)
 
 
 class PairwiseJudge(abc.ABC):

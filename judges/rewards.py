@@ -5,14 +5,22 @@ Each builder returns a scorer (flywheel/learning/rl.py): ``(prompts, completions
 (``reference``, ``category``, ``baseline``, ``baseline_model``, ...). A reward that cannot be
 given (no reference, an API error, an unparseable verdict) is ``(None, why)``: recorded and
 left out of training, never scored 0.
+
+In a conversation a prompt may be a later user turn: its ``history`` column holds the messages
+before it (JSON, each user turn with its reference) and ``baseline_conversation`` the baseline's
+conversation up to its answer to that turn. The verifier checks the answer against the turn's own
+``reference``; the judge judges both whole conversations, as in battles; a reward model reads the
+history before the turn.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from flywheel.ground.chat import prompt_as_read
+from flywheel.ground.conversation import Message, decode, plain
 from flywheel.learning.rl import Scored, Scorer
-from judges.base import PairwiseJudge, pair_battle
+from judges.base import PairwiseJudge, conversation_pair, pair_battle
 from judges.verifier import VerifierJudge, load_callable
 
 # What a pairwise verdict is worth to the answer in seat A (the target's).
@@ -41,9 +49,11 @@ def verifier_reward(verifier: VerifierJudge) -> Scorer:
 
 def judge_reward(judge: PairwiseJudge, target: str) -> Scorer:
     """The run's judge on (the answer, the prompt's baseline answer: the best opponent's from the
-    battle log), the answer in seat A: 1 a win, 0.5 a tie, 0 a loss or both bad. The judge
-    judges both orders where ``judge.both_orders`` says so, caches its verdicts, and its paid
-    calls count against the run's budget, as in the judge stage."""
+    battle log), the answer in seat A: 1 a win, 0.5 a tie, 0 a loss or both bad. After a
+    conversation's earlier turns it judges the two whole conversations (the history then the
+    answer; the baseline's conversation), as it judges battles. The judge judges both orders
+    where ``judge.both_orders`` says so, caches its verdicts, and its paid calls count against
+    the run's budget, as in the judge stage."""
 
     def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
         n = len(completions)
@@ -51,9 +61,18 @@ def judge_reward(judge: PairwiseJudge, target: str) -> Scorer:
         base_model = columns.get("baseline_model") or ["baseline"] * n
         refs = columns.get("reference") or [None] * n
         cats = columns.get("category") or [""] * n
-        todo = [i for i in range(n) if base[i] is not None]
-        battles = [pair_battle(prompts[i], completions[i], base[i], refs[i], cats[i] or "", target,
-                               base_model[i] or "baseline") for i in todo]
+        history = columns.get("history") or [""] * n
+        theirs = columns.get("baseline_conversation") or [""] * n
+        todo = [i for i in range(n) if base[i] is not None and (not history[i] or theirs[i])]
+
+        def battle(i: int):
+            if not history[i]:
+                return pair_battle(prompts[i], completions[i], base[i], refs[i], cats[i] or "", target,
+                                   base_model[i] or "baseline")
+            mine = [*decode(history[i]), _user(prompts[i], refs[i]), {"role": "assistant", "content": completions[i]}]
+            return conversation_pair(mine, decode(theirs[i]), cats[i] or "", target, base_model[i] or "baseline")
+
+        battles = [battle(i) for i in todo]
         out: list[Scored] = [(None, "no baseline answer for this prompt")] * n
         for i, j in zip(todo, judge.judge(battles) if battles else []):
             out[i] = (VERDICT_REWARD[j.winner], None) if j.valid and j.winner in VERDICT_REWARD else \
@@ -63,12 +82,21 @@ def judge_reward(judge: PairwiseJudge, target: str) -> Scorer:
     return score
 
 
+def _user(text: str, reference: str | None) -> Message:
+    return {"role": "user", "content": text, **({"reference": reference} if reference is not None else {})}
+
+
 def model_reward(scorer) -> Scorer:
     """A reward model's score of each (prompt, answer): ``scorer.score(prompts, completions)``
-    (flywheel/learning/reward_model.py's ``RewardScorer``)."""
+    (flywheel/learning/reward_model.py's ``RewardScorer``). A later turn of a conversation is read
+    after its history, as the reward model's pairs are trained: the conversation through its chat
+    template, else the raw text of the earlier turns (``flywheel.ground.chat.raw_prompt``)."""
+    chat = bool(getattr(scorer, "chat", False))
 
     def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
-        return [(float(x), None) for x in scorer.score(prompts, completions)]
+        history = columns.get("history") or [""] * len(prompts)
+        read = [prompt_as_read(p, plain(decode(h)), chat, None) if h else p for p, h in zip(prompts, history)]
+        return [(float(x), None) for x in scorer.score(read, completions)]
 
     return score
 

@@ -338,10 +338,9 @@ def test_the_multiturn_recipe_and_its_models_differ_from_the_default_only_in_con
     same = cfg.world.model_copy(update={"conversation": default.world.conversation, "models_dir": default.world.models_dir})
     assert cfg.model_copy(update={"askers": [], "world": same}) == default
     recipe = Path(__file__).parents[1] / "flows" / "recipes" / "multiturn.yaml"
-    for setting, why in (("evaluate.sampling=active", "conversations are evaluated in full"),
-                         ("train.method=grpo", "not yet from conversations")):
-        with pytest.raises(ConfigError, match=why):
-            load_config(recipe, [setting])
+    with pytest.raises(ConfigError, match="conversations are evaluated in full"):
+        load_config(recipe, ["evaluate.sampling=active"])
+    assert load_config(recipe, ["train.method=grpo"]).train.method == "grpo"  # GRPO learns from conversations
     spec, tasks = ModelSpec(name="m", steps=1), {"train_per_cell": 5, "eval_per_cell": 1, "val_per_cell": 1}
     one, two = WorldConfig(tasks=tasks), WorldConfig(tasks=tasks, conversation={"turns": 2})
     assert "turns" not in fingerprint(one, spec, 0)["made_with"]  # single-turn models keep their fingerprints

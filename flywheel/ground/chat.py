@@ -40,6 +40,13 @@ def raw_prompt(text: str, system: str | None = None, history: list[dict] | None 
     return f"{system}\n\n{earlier}{text}" if system else earlier + text
 
 
+def prompt_as_read(text: str, history: list[dict], chat: bool, system: str | None) -> str | list[dict[str, str]]:
+    """A prompt as a target trains on it: the conversation that asks it, after its system prompt
+    and earlier turns (a chat target: TRL applies its chat template as the player does), or the
+    raw text of its earlier turns and itself (``raw_prompt``; the system prompt is left out)."""
+    return messages(text, system, history) if chat else raw_prompt(text, None, history)
+
+
 def history_of(prompt) -> list[dict]:
     """The earlier messages of a ``Prompt`` (its ``history`` decoded; none when it is asked
     alone): a conversation's earlier turns, or a teacher's one-shot example."""

@@ -236,8 +236,6 @@ class FlywheelConfig(Strict):
         if talks and self.evaluate.sampling == "active":
             raise ValueError("evaluate.sampling: active measures single answers; conversations are evaluated in "
                              "full (every version against every opponent on every eval prompt)")
-        if talks and any(self.train.method_of(k) in RL_METHODS for k in range(1, self.run.iterations + 1)):
-            raise ValueError("train.method grpo learns from single answers, not yet from conversations: use sft or dpo")
         folded = [n.casefold() for n in names]
         dupes = sorted({n for n, f in zip(names, folded) if folded.count(f) > 1})
         if dupes:
@@ -291,7 +289,8 @@ class FlywheelConfig(Strict):
 
     def _rl_is_usable(self) -> None:
         """GRPO iterations need a reward they can use: a prompt world, groups that fill a batch,
-        and a reward model that exists before the first GRPO iteration asks for it."""
+        a reward that reads conversations in a conversation world, and a reward model that exists
+        before the first GRPO iteration asks for it."""
         tc = self.train
         plan = [tc.method_of(k) for k in range(1, max(self.run.iterations, len(tc.schedule)) + 1)]
         rl = [k for k, m in enumerate(plan, 1) if m in RL_METHODS]
@@ -303,6 +302,11 @@ class FlywheelConfig(Strict):
         if tc.batch_size % tc.rl.generations:
             raise ValueError(f"train.batch_size {tc.batch_size} is not a multiple of train.rl.generations "
                              f"{tc.rl.generations} (each batch holds whole groups)")
+        talks = bool(self.world.conversation.askers) or self.world.conversation.turns > 1
+        if talks and tc.rl.reward == "judge" and self.judge.kind == "reward_model":
+            raise ValueError("train.rl.reward judge: the reward-model judge (judge.kind reward_model) reads an answer "
+                             "after the first user turn alone, not after a conversation's history; use "
+                             "train.rl.reward reward_model (it reads the history)")
         if tc.rl.reward == "reward_model" and tc.rl.reward_model is None and "reward" not in plan[:rl[0] - 1]:
             raise ValueError(f"train.rl.reward reward_model: iteration {rl[0]} trains with grpo, but no reward model "
                              "is named (train.rl.reward_model) and no earlier iteration trains one (method reward "

@@ -3,9 +3,10 @@ scorer the caller builds from the run's judges (judges/rewards.py), and the roll
 on, kept as a dataset.
 
 A scorer takes ``(prompts, completions, columns)`` (the answers' texts and the prompts' dataset
-columns) and returns one ``(reward, error)`` per answer. A reward of None is a failed call: it is
-recorded with its error and handed to TRL as None, which leaves the answer out of its group's
-baseline with an advantage of 0: never scored 0.
+columns) and returns one ``(reward, error)`` per answer. A prompt may be a later user turn of a
+conversation: then its ``history`` column holds the messages before it (JSON) and ``turn`` its
+number. A reward of None is a failed call: it is recorded with its error and handed to TRL as
+None, which leaves the answer out of its group's baseline with an advantage of 0: never scored 0.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 Scored = tuple[float | None, str | None]
 Scorer = Callable[[list[str], list[str], dict[str, list]], list[Scored]]
 ROLLOUT_COLUMNS = ["prompt", "completion", "reward", "advantage", "error", "step", "group", "prompt_id",
-                   "category", "iteration", "target"]
+                   "category", "iteration", "target", "turn", "history"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ class RecordedReward:
         call, self.log.calls = self.log.calls, self.log.calls + 1
         self.log.append([{"prompt": prompt_texts[i], "completion": texts[i], "reward": r, "error": err,
                           "step": step, "group": f"{step}-{call}-{i // self.generations}",
-                          "prompt_id": _at(columns, "prompt_id", i), "category": _at(columns, "category", i)}
+                          "prompt_id": _at(columns, "prompt_id", i), "category": _at(columns, "category", i),
+                          "turn": _at(columns, "turn", i) or 1, "history": _at(columns, "history", i) or ""}
                          for i, (r, err) in enumerate(scored)])
         return [None if r is None or not math.isfinite(r) else float(r) for r, _ in scored]
 
@@ -197,7 +199,8 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    types = {"reward": pa.float64(), "advantage": pa.float64(), "step": pa.int64(), "iteration": pa.int64()}
+    types = {"reward": pa.float64(), "advantage": pa.float64(), "step": pa.int64(), "iteration": pa.int64(),
+             "turn": pa.int64()}
     schema = pa.schema([(c, types.get(c, pa.string())) for c in ROLLOUT_COLUMNS])
     table = pa.Table.from_pylist([{c: r.get(c) for c in ROLLOUT_COLUMNS} for r in rows], schema=schema)
     summary = RewardSummary.of(rows)
@@ -210,7 +213,9 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl) -> int:
         f"- mean reward: {summary.mean}; share of groups with one reward for all (nothing to learn): "
         f"{summary.flat_groups}\n"
         "- advantage: (reward - the group's mean) / (the group's standard deviation + 1e-4), 0 where the "
-        "reward failed\n- step: the optimizer step that sampled the answer\n\n"
+        "reward failed\n- step: the optimizer step that sampled the answer\n"
+        "- turn: the user turn answered (1: the task; 2 and on: a conversation's later turn, after the "
+        "messages in history, JSON)\n\n"
         "Open with `datasets.load_dataset(\"parquet\", data_dir=\"<this directory>/data\", split=\"train\")` or "
         "`pandas.read_parquet(\"<this directory>/data\")`.\n")
 

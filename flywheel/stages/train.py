@@ -10,15 +10,16 @@ import logging
 import shutil
 
 from flywheel.ground.atomic import atomic_write_text
-from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, messages, raw_prompt, split_prompt
+from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, prompt_as_read, split_prompt
 from flywheel.ground.config import RL_METHODS
-from flywheel.ground.records import SCORE_A, Battle, PlayerVersion, base_name, stable_id, versioned
+from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog, save_rollouts, with_advantages
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
+from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.stages.results import TargetTraining, TrainResult
 
 log = logging.getLogger("flywheel")
@@ -133,7 +134,8 @@ def validation_pairs(ctx: Context, k: int, t: str):
 
 def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
     """Target ``t``'s GRPO phase of iteration ``k``: the prompts the select stage chose for its
-    train battles (each once), with their references and baselines, and the reward
+    train battles (each once; in a conversation each user turn after the target's own earlier
+    answers: ``flywheel.stages.rl_prompts``), with their references and baselines, and the reward
     ``train.rl.reward`` names."""
     from judges.rewards import build_reward
 
@@ -155,33 +157,6 @@ def vllm_url(ctx: Context, t: str) -> str | None:
     return url.rstrip("/").removesuffix("/v1") if url else None
 
 
-def rl_prompts(ctx: Context, k: int, t: str):
-    """One row per distinct prompt of target ``t``'s train battles in iteration ``k`` (chosen by the
-    select stage's bandits): the prompt as the target reads it, its text, reference, category and
-    the baseline answer a judge reward compares with: the opponent's answer in a battle the
-    opponent won on that prompt, else in a tie, else any (eval and validation prompts never pass)."""
-    from datasets import Dataset
-
-    held_out = {p.text for p in ctx.eval_split} | {p.text for p in ctx.validation}
-    rows: dict[str, dict] = {}
-    for jb in ctx.store.judged(k, "train"):
-        b = jb.battle
-        if t not in (base_name(b.model_a), base_name(b.model_b)) or b.prompt in held_out:
-            continue
-        mine_a = base_name(b.model_a) == t
-        opp, answer = (b.model_b, b.response_b) if mine_a else (b.model_a, b.response_a)
-        opp_score = 1.0 - SCORE_A[jb.winner] if mine_a else SCORE_A[jb.winner]
-        row = rows.setdefault(b.prompt_id, {"prompt_text": b.prompt, "reference": b.reference, "prompt_id": b.prompt_id,
-                                            "category": b.category, "baseline": None, "baseline_model": None,
-                                            "rank": -1.0})
-        if opp_score > row["rank"] and base_name(opp) != t:
-            row.update(baseline=answer, baseline_model=opp, rank=opp_score)
-    chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
-    data = [{**{k2: v for k2, v in r.items() if k2 != "rank"},
-             "prompt": messages(r["prompt_text"], system) if chat else r["prompt_text"]} for r in rows.values()]
-    return Dataset.from_list(data) if data else Dataset.from_dict({"prompt": []})
-
-
 def publish_rollouts(ctx: Context, k: int) -> None:
     """Iteration ``k``'s GRPO rollouts of every target (prompt, answer, reward, advantage, error) as
     the dataset ``iter-000k/rollouts``, with its card; the logs they were appended to go."""
@@ -193,7 +168,6 @@ def publish_rollouts(ctx: Context, k: int) -> None:
         path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         next(iter(logs.values())).parent.rmdir()
-
 
 
 def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) -> str:
@@ -285,7 +259,7 @@ def shape_for(data, chat: bool, system: str | None):
     row from a conversation keeps its earlier turns (``flywheel.ground.chat.raw_prompt`` in text)."""
     def row(r: dict) -> dict:
         text, history = split_prompt(r["prompt"], r.get("history") or "")
-        out = {"prompt": messages(text, system, history) if chat else raw_prompt(text, None, history)}
+        out = {"prompt": prompt_as_read(text, history, chat, system)}
         for c in TEXT_COLUMNS[1:]:
             if c in r:
                 out[c] = assistant(as_text(r[c])) if chat else as_text(r[c])
