@@ -186,6 +186,77 @@ def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
     assert not held.sft and not held.dpo and held.dropped["contaminated"] == 1  # held-out deals are never learnt
 
 
+def test_a_lucky_gamble_is_corrected_not_learnt_as_it_was_made():
+    """A target's play of a card nobody told it of that happened to be playable (a gamble) is a
+    rules correction, even in the winning team; a play its hints prove playable is no gamble."""
+    from flywheel.ground.config import GamesConfig
+    from flywheel.learning.hanabi_curation import curate_hanabi
+
+    st = small_deal("r1", "y2", "r3", "y1", "y1", "r2")  # seat 0 holds r1 in slot 1, untold
+    assert st.gamble("p1") and st.blunder("p1") is None and not st.gamble("d1") and not st.gamble("hy")
+    assert st.play("d3").play("hr").gamble("p1")  # told it holds a red there: not yet known to be a 1
+    assert not st.play("d3").play("h1").gamble("p1")  # told it is a 1, every firework at 0: proven playable
+    deal = new_deal(SMALL, random.Random(5))
+    game, moves = parse_deal(deal), []
+    while not game.over():  # seat 0 (the student) gambles on slot 1 whenever the card there is playable
+        lucky = game.to_move == 0 and game.playable(game.hands[0][0]) and game.gamble("p1")
+        moves.append("p1" if lucky else cautious_move(parse_view(game.text())))
+        game = game.play(moves[-1])
+    rand = parse_deal(deal)
+    rec = []
+    while not rand.over():
+        rec.append(next(m for m in rand.legal_moves() if m[0] == "d"))
+        rand = rand.play(rec[-1])
+    battle = _battle(deal, "student@1+cautious", "random", " ".join(moves), " ".join(rec))
+    [verdict] = GameJudge().judge([battle])
+    assert verdict.winner == "model_a" and "p1" in moves[::2]
+    cur = curate_hanabi([battle], {"x": verdict}, ["student"], set(), GamesConfig(games=["hanabi"]))
+    rules = {r.prompt: r.completion for r in cur.sft if r.source_model == "rules"}
+    learnt = {r.prompt: r.completion for r in cur.sft}
+    replayed = parse_deal(deal)
+    for move in moves:
+        if replayed.to_move == 0 and move == "p1" and replayed.gamble("p1"):
+            assert replayed.text() in rules and learnt[replayed.text()] != "p1"
+        replayed = replayed.play(move)
+    assert rules and len(cur.dpo) == len(rules) and all(p.rejected == "p1" for p in cur.dpo)
+
+
+def test_an_empty_hint_is_a_fault_and_a_beaten_target_learns_the_winners_answer_in_its_own_views():
+    """A hint that tells the next seat nothing new is a fault; where the target's team lost to a
+    team with a rule-based partner (``references``), each view the target read gets that partner's
+    move there (not only the views of the winner's own game)."""
+    from flywheel.ground.config import GamesConfig
+    from flywheel.learning.hanabi_curation import curate_hanabi
+
+    st = small_deal("r1", "y2", "r3", "y1", "y1", "r2")
+    again = st.play("hy").play("d3")  # seat 0 told seat 1 its yellows; seat 1 discards; seat 0 again
+    assert again.fault("hy") == "empty hint" and again.fault("h1") is None and st.fault("hy") is None
+    deal = new_deal(SMALL, random.Random(5))
+    game, mine = parse_deal(deal), []
+    while not game.over():  # the student (seat 0) always discards its oldest card: no fault, a poor score
+        mine.append("d1" if game.to_move == 0 and game.fault("d1") is None else cautious_move(parse_view(game.text())))
+        game = game.play(mine[-1])
+    bot, theirs = parse_deal(deal), []
+    while not bot.over():
+        theirs.append(cautious_move(parse_view(bot.text())))
+        bot = bot.play(theirs[-1])
+    battle = _battle(deal, "student@1+cautious", "cautious", " ".join(mine), " ".join(theirs))
+    [verdict] = GameJudge().judge([battle])
+    assert verdict.winner == "model_b"
+    plain = curate_hanabi([battle], {"x": verdict}, ["student"], set(), GamesConfig(games=["hanabi"]))
+    taught = curate_hanabi([battle], {"x": verdict}, ["student"], set(), GamesConfig(games=["hanabi"]),
+                           frozenset({"cautious"}))
+    answers, views = {r.prompt: r.completion for r in taught.sft if r.source_model == "cautious"}, {}
+    replayed = parse_deal(deal)
+    for move in mine:
+        if replayed.to_move == 0 and replayed.fault(move) is None:
+            views[replayed.text()] = cautious_move(parse_view(replayed.text()))
+        replayed = replayed.play(move)
+    assert views and all(answers[v] == m for v, m in views.items())  # the winner's answer in the student's views
+    assert len(taught.sft) > len(plain.sft) and len(taught.dpo) == len(plain.dpo)
+    assert {r.prompt for r in plain.sft} <= {r.prompt for r in taught.sft}  # the winners' own moves stay
+
+
 def test_the_partner_is_the_bandit_arm_of_a_team_battle():
     """A train battle's opponent arm is the target's partner: the target with the cautious bot
     against the bot's own team is the ``cautious`` arm, with an earlier version the ``self`` arm;

@@ -211,6 +211,25 @@ class State:
             return "critical discard"
         return None
 
+    def gamble(self, move: str) -> bool:
+        """Whether ``move`` plays a card that what its seat was told does not prove playable (a
+        play that may succeed by luck, and costs a life where it does not)."""
+        return move[0] == "p" and not parse_view(self.key()).known_playable(int(move[1:]))
+
+    def fault(self, move: str) -> str | None:
+        """What the rules hold against ``move`` here: a ``blunder`` (a misplay, a critical discard),
+        ``gamble`` (a play that succeeds by luck), ``empty hint`` (a hint that tells the next seat
+        nothing it did not know: a token spent for nothing), else None."""
+        if (wrong := self.blunder(move)) is not None:
+            return wrong
+        if self.gamble(move):
+            return "gamble"
+        if move[0] == "h":
+            told = self.receiver
+            if self.play(move).knowledge[told] == self.knowledge[told]:
+                return "empty hint"
+        return None
+
     # -- text ------------------------------------------------------------------------------
     def key(self, seat: int | None = None) -> str:
         """What ``seat`` (default: the one to move) sees, in the terse style, without ``=``."""

@@ -1,18 +1,26 @@
 """Hanabi's datasets, from cooperative play in duplicate team battles.
 
 Every battle of the iteration with a target in it is replayed by the referee
-(flywheel/games/hanabi_referee.py), both teams on the same deal:
+(flywheel/games/hanabi_referee.py), both teams on the same deal. Per (target, view), the first
+example of the highest of these three kinds is learnt:
 
-- SFT: the moves of the team that won a decisive battle (it scored more on the very deck the
-  other team played), by every seat, for each target in the battle: the view the seat read, the
-  move it made. A move the rules show was wrong is never learnt as it was made (below). One
-  example per (target, view), the first.
-- Rules: wherever a target's seat made a move the rules show was wrong (``State.blunder``: a
-  misplay that cost a life, the discard of the last copy of a card a firework still needs), in any
-  game it played, won, tied or lost, the better move is learnt there (source ``rules``): the
-  cautious partner's move in that view (flywheel/games/hanabi_policy.py) where it is not itself
-  wrong, else the first move that is not (where every move is wrong, nothing is learnt there).
-  Its DPO pair is (the better move, the target's move); no winner's move displaces it.
+1. Rules: wherever a target's seat made a move the rules hold against (``State.fault``: a misplay
+   that cost a life, the discard of the last copy of a card a firework still needs, a gamble (a
+   play of a card what the seat was told does not prove playable, even one that succeeded), a
+   hint that told the next seat nothing new), in any game it played, won, tied or lost, the better
+   move is learnt there (source ``rules``): the cautious partner's move in that view
+   (flywheel/games/hanabi_policy.py) where the rules hold nothing against it, else the first move
+   they do not (where there is none, nothing is learnt there). Its DPO pair is (the better move,
+   the target's move).
+2. The winner's answer (``references``: the players whose move in any view is the cautious
+   policy, ``kind: cautious``): where the target's team did not win a battle against a team
+   holding such a player, every view the target's seat read gets that player's move there (source:
+   its name), as Arena Learning gives a losing prompt the winner's response: the target learns what
+   the partner that beat it would have done in its own positions, not only in the winner's.
+3. SFT: the moves of the team that won a decisive battle (it scored more on the very deck the
+   other team played), by every seat, for each target in the battle: the view the seat read, the
+   move it made, but no move the rules hold something against (a lucky gamble learnt as it was
+   made teaches the gambling that costs the lives later).
 
 Deals in ``held_out`` (eval and validation) are never learnt (counted as ``contaminated``).
 """
@@ -26,32 +34,31 @@ from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 from flywheel.learning.curation import Curated
 
-RULES = {"sft": "every move of the team that won a decisive duplicate battle with a target in it (the view, the "
-                "move); and every move of a target that the rules show was wrong (a misplay, the discard of a "
-                "last copy), corrected",
-         "dpo": "(the rules' better move, the target's move) wherever a target misplayed or discarded a last copy"}
+RULES = {"sft": "every move of a target that the rules hold against (a misplay, the discard of a last copy, a "
+                "gamble, an empty hint), corrected; where its team lost to a team with a rule-based partner, that "
+                "partner's move in each of its views; every other move of the team that won a decisive duplicate "
+                "battle with a target in it (the view, the move)",
+         "dpo": "(the rules' better move, the target's move) wherever a target made a move the rules hold against"}
 WINNER = {"model_a": "a", "model_b": "b"}
 
 
 def better_move(state: State) -> str | None:
-    """The move the rules put in place of a wrong one: the cautious partner's, where the rules do
-    not show it wrong too, else the first legal move they do not; None where every move is wrong
-    (no hint token, and every card unplayable and the last of its kind)."""
+    """The move the rules put in place of a wrong one: the cautious partner's, where the rules hold
+    nothing against it, else the first legal move they do not; None where there is none (no hint
+    token, and every card unplayable and the last of its kind)."""
     legal = state.legal_moves()
     first = cautious_move(parse_view(state.key()))
-    return next((m for m in [first] + legal if m in legal and state.blunder(m) is None), None)
+    return next((m for m in [first] + legal if m in legal and state.fault(m) is None), None)
 
 
 def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
-                  games: GamesConfig) -> Curated:
+                  games: GamesConfig, references: frozenset[str] = frozenset()) -> Curated:
     """The SFT examples and DPO pairs of an iteration's Hanabi battles (module docstring)."""
-    words = games.prompt == "verbose"
-    say = move_words if words else str
+    say = move_words if games.prompt == "verbose" else str
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
-    sft: list[SFTExample] = []
-    dpo: list[DPOPair] = []
-    ruled: set[tuple[str, str]] = set()
-    won: list[tuple[str, str, str, str, Battle]] = []  # (target, view, move, who, battle)
+    ruled: list[tuple[str, str, str, str, str, Battle]] = []  # (target, view, better, move, player, battle)
+    answered: list[tuple[str, str, str, str, Battle]] = []  # (target, view, move, source, battle): kinds 2, 3
+    won: list[tuple[str, str, str, str, Battle]] = []
     for b in battles:
         j = judgments.get(b.battle_id)
         if not b.ok or j is None or not j.valid:
@@ -65,31 +72,39 @@ def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets
             dropped["contaminated"] += 1
             continue
         got = replay_duplicate(b.prompt, b.response_a, b.response_b)
-        for side, team, game in (("a", b.model_a, got.a), ("b", b.model_b, got.b)):
+        for side, team, game, other in (("a", b.model_a, got.a, b.model_b), ("b", b.model_b, got.b, b.model_a)):
             if not game.plies:
                 continue
             who = seats(team, game.plies[0].state.setup.players)
+            beaten_by = next((m for m in other.split("+") if m in references), None)
+            lost = j.winner not in WINNER or WINNER[j.winner] != side
             for ply in game.plies:
-                player = who[ply.state.to_move]
-                view = ply.state.text(games.prompt)
-                if base_name(player) in targets and ply.state.blunder(ply.move) is not None:
-                    t, right = base_name(player), better_move(ply.state)
-                    if right is not None and (t, view) not in ruled:
-                        ruled.add((t, view))
-                        pid = stable_id("position", view)
-                        sft.append(SFTExample(view, say(right), pid, b.category, "rules", b.battle_id, b.iteration, t))
-                        dpo.append(DPOPair(view, say(right), say(ply.move), pid, b.category, "rules", player,
-                                           b.battle_id, b.iteration, t))
-                elif j.winner in WINNER and WINNER[j.winner] == side and ply.state.blunder(ply.move) is None:
+                player, state = who[ply.state.to_move], ply.state
+                view, mine = state.text(games.prompt), base_name(who[state.to_move]) in targets
+                wrong = state.fault(ply.move) is not None
+                if mine and wrong and (right := better_move(state)) is not None:
+                    ruled.append((base_name(player), view, right, ply.move, player, b))
+                elif mine and lost and beaten_by is not None:
+                    answered.append((base_name(player), view, cautious_move(parse_view(state.key())), beaten_by, b))
+                elif not lost and not wrong:
                     won += [(t, view, ply.move, player, b) for t in in_battle]
         if j.winner not in WINNER:
             dropped["undecided"] += 1
-    kept = set(ruled)
-    for t, view, move, who, b in won:
+    sft: list[SFTExample] = []
+    dpo: list[DPOPair] = []
+    kept: set[tuple[str, str]] = set()
+    for t, view, right, move, player, b in ruled:
+        if (t, view) not in kept:
+            kept.add((t, view))
+            pid = stable_id("position", view)
+            sft.append(SFTExample(view, say(right), pid, b.category, "rules", b.battle_id, b.iteration, t))
+            dpo.append(DPOPair(view, say(right), say(move), pid, b.category, "rules", player, b.battle_id,
+                               b.iteration, t))
+    for t, view, move, source, b in answered + won:
         if (t, view) in kept:
             dropped["duplicate"] += 1
             continue
         kept.add((t, view))
-        pid = stable_id("position", view)
-        sft.append(SFTExample(view, say(move), pid, b.category, who, b.battle_id, b.iteration, t))
+        sft.append(SFTExample(view, say(move), stable_id("position", view), b.category, source, b.battle_id,
+                              b.iteration, t))
     return Curated(sft, dpo, dropped)

@@ -28,7 +28,9 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     no_train = held_out | {" ".join(t.split()) for t in held_out}  # whitespace variants too
     hanabi = ctx.cfg.world.kind == "games" and "hanabi" in ctx.cfg.world.games.games
     if hanabi:
-        cur = curate_hanabi(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.world.games)
+        references = frozenset(o.name for o in ctx.cfg.opponents if o.kind == "cautious")
+        cur = curate_hanabi(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.world.games,
+                            references)
     elif ctx.cfg.world.kind == "games":
         cur = curate_games(battles, ctx.store.judgments(k, "train"), ctx.roster.targets, no_train, ctx.cfg.curate,
                            ctx.cfg.world.games)
