@@ -6,7 +6,6 @@ judge, a reward model); a tiny real run with two-turn battles trains with sft+gr
 import json
 import shutil
 
-import pytest
 from transformers import AutoTokenizer
 
 from flywheel.ground.chat import raw_prompt
