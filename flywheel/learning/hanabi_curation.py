@@ -80,7 +80,7 @@ def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets
             lost = j.winner not in WINNER or WINNER[j.winner] != side
             for ply in game.plies:
                 player, state = who[ply.state.to_move], ply.state
-                view, mine = state.text(games.prompt), base_name(who[state.to_move]) in targets
+                view, mine = state.text(games.prompt), base_name(player) in targets
                 wrong = state.fault(ply.move) is not None
                 if mine and wrong and (right := better_move(state)) is not None:
                     ruled.append((base_name(player), view, right, ply.move, player, b))
