@@ -14,7 +14,7 @@ from flywheel.maths.leaderboard import RatingOptions, rate
 from flywheel.maths.pairs import Pairs, Skeleton, mle_exists
 from flywheel.maths.ratings import PRIOR, cell_counts, center, fit_bt, points_matrix, resolve_prior
 from flywheel.maths.ratings import mle_exists as dense_exists
-from flywheel.maths.resample import Resampler
+from flywheel.maths.resample import TABLE_MAX, PoissonTable, Resampler, Streams
 
 ELO = 400 / math.log(10)
 
@@ -131,11 +131,11 @@ def test_bootstrap_is_the_same_for_any_core_count_and_any_batch_size(monkeypatch
 def test_the_resampler_draws_the_multinomial_law():
     from scipy import stats
 
-    rng = np.random.default_rng(11)
-    # Small cells (picked battle by battle) and big ones (a Poisson draw each), then the correction.
-    counts = np.array([1, 2, 3, 9, 14, 40])
+    streams = Streams.of(11)
+    # Cells read off the tables, one past TABLE_MAX (numpy's Poisson draw), then the correction.
+    counts = np.array([1, 2, 3, 9, 14, 40, TABLE_MAX + 300])
     rs = Resampler(counts)
-    draws = np.stack([rs.draw(rng) for _ in range(20000)])
+    draws = np.stack([rs.draw(streams) for _ in range(20000)])
     n, p = counts.sum(), counts / counts.sum()
     assert (draws.sum(axis=1) == n).all()
     se = np.sqrt(n * p * (1 - p) / len(draws))
@@ -146,7 +146,7 @@ def test_the_resampler_draws_the_multinomial_law():
     # The whole joint law of a tiny log: every outcome's frequency against its multinomial probability.
     tiny = np.array([1, 1, 2])
     rs = Resampler(tiny, place=np.array([0, 2, 3]), size=5)  # laid out with gaps, as pairs' slots are
-    draws = np.stack([rs.draw(rng) for _ in range(40000)])
+    draws = np.stack([rs.draw(streams) for _ in range(40000)])
     assert (draws[:, [1, 4]] == 0).all()
     seen = {}
     for row in map(tuple, draws[:, [0, 2, 3]]):
@@ -214,3 +214,35 @@ def test_encode_keeps_its_outcomes_and_cell_counts_reads_them_or_scores_alike():
     assert score.dtype == np.int8 and score.tolist() == [2, 1, 0, 1] and a8.tolist() == a.tolist()
     for got, want in zip(cell_counts(3, a, b, y), cell_counts(3, a8, b8, score)):
         assert got.tolist() == want.tolist()
+
+
+def test_the_poisson_tables_draw_the_poisson_law():
+    from scipy import stats
+
+    means = np.array([1, 2, 7, 30, 31, 30, 400, TABLE_MAX])
+    table = PoissonTable(means)
+    draws = table.draw(np.random.default_rng(5).random((20000, len(means))))
+    for c, m in enumerate(means):
+        # Bins of at least 5 expected draws, the tails merged into the end bins.
+        edges = np.arange(int(stats.poisson.ppf(1e-3, m)), int(stats.poisson.isf(1e-3, m)) + 1)
+        expected = np.diff(np.concatenate([[0.0], stats.poisson.cdf(edges[:-1], m), [1.0]])) * len(draws)
+        observed = np.bincount(np.searchsorted(edges[:-1], draws[:, c], side="left"), minlength=len(edges))
+        assert stats.chisquare(observed, expected).pvalue > 1e-4, m
+        assert draws[:, c].min() >= 0 and abs(draws[:, c].mean() - m) < 5 * np.sqrt(m / len(draws))
+    # The inverse CDF: the answer at u is the first k with CDF(k) >= u, at the table's edges too.
+    u = np.array([[0.0, stats.poisson.cdf(3, 7) - 1e-12, stats.poisson.cdf(3, 7) + 1e-12, 1 - 2**-53]])
+    got = PoissonTable(np.array([7, 7, 7, 7])).draw(u)[0]
+    assert got[:3].tolist() == [0, 3, 4] and got[3] > 7 + 5 * np.sqrt(7)
+
+
+def test_rounds_drawn_together_are_the_rounds_drawn_one_at_a_time():
+    # Enough battles that rounds overshoot and undershoot N and redraw duplicates in the removal.
+    counts = np.array([1, 3, 5, 60, 700, 2 * TABLE_MAX, 90, 4])
+    rs = Resampler(counts, place=np.array([0, 1, 2, 4, 5, 7, 8, 9]), size=11)
+    together = rs.draws(Streams.of(7), 300)
+    one, streams = [], Streams.of(7)
+    for _ in range(300):
+        one.append(rs.draw(streams))
+    assert np.array_equal(together, np.stack(one))
+    assert (together.sum(axis=1) == counts.sum()).all() and (together[:, [3, 6, 10]] == 0).all()
+    assert len({tuple(r) for r in together}) > 250

@@ -24,9 +24,10 @@ from flywheel.ground.store import RunStore
 from flywheel.ground.style import FEATURES, conv_metadata, style_of
 from flywheel.maths.leaderboard import RatingOptions, rate
 from flywheel.maths.ratings import encode
-from flywheel.maths.style_bootstrap import bootstrap_style
+from flywheel.maths import style_bootstrap
+from flywheel.maths.style_bootstrap import Expansion, bootstrap_style, draw_counts
 from flywheel.maths.style_control import StyleOptions, style_control
-from flywheel.maths.style_fit import LN10, design, fit_style, style_features
+from flywheel.maths.style_fit import LN10, REG, design, fit_style, style_features
 
 cli = CliRunner()
 
@@ -101,6 +102,27 @@ def test_the_bootstrap_is_the_exact_refit_and_does_not_depend_on_the_threads():
     opts = StyleOptions(rounds=24, seed=4)
     assert style_control(*columns(small), small.style_a, small.style_b, opts) == style_control(
         *columns(small), small.style_a, small.style_b, StyleOptions(rounds=24, seed=4, threads=1))
+
+
+def test_the_expansion_is_trusted_exactly_where_every_battle_moves_within_the_bound(monkeypatch):
+    log = simulate(30_000, 12, seed=2)
+    models, a, b, y = encode(*columns(log))
+    d = design(len(models), a, b, y, style_features(log.style_a, log.style_b))
+    point = fit_style(d)[0]
+    expansion = Expansion(d, point, LN10)
+    counts = draw_counts(d.n, 16, np.random.default_rng(1))
+    moments = expansion.moments(counts)
+    theta, ok = expansion.solve(moments, REG)
+    delta, k, pair_of = theta - point, d.k, np.repeat(np.arange(len(d.starts)), d.sizes)
+    # Each round's reach, battle by battle: the largest move of a battle's logit over the pairs it played.
+    move = np.abs(delta[:, k:] @ d.x.T) + np.abs(LN10 * (delta[:, d.pair_a] - delta[:, d.pair_b]))[:, pair_of]
+    played = np.add.reduceat(counts, d.starts, axis=1)[:, pair_of] > 0
+    reach = np.where(played, move, 0.0).max(axis=1)
+    assert np.array_equal(ok, reach <= style_bootstrap.U_MAX) and ok.any()
+    cuts = np.sort(reach)
+    for u_max in (cuts[:-1] + cuts[1:])[::3] / 2:  # between two rounds' reaches: some trusted, some not
+        monkeypatch.setattr(style_bootstrap, "U_MAX", u_max)
+        assert np.array_equal(expansion.solve(moments, REG)[1], reach <= u_max)
 
 
 def test_a_feature_that_never_varies_gets_coefficient_zero_and_a_warning():

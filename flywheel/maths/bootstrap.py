@@ -7,7 +7,7 @@
 
 The rounds are split into ``BOOT_CHUNKS`` chunks with their own seeds (spawned from ``seed``), run
 on a thread per usable core; within a chunk, rounds are drawn one after another from the chunk's
-generator and fitted ``batch_pairs // P`` at a time (P: the pairs that met), so a worker's arrays
+generators (``resample.Streams``) and fitted ``batch_pairs // P`` at a time (P: the pairs that met), so a worker's arrays
 stay small (``BATCH_PAIRS`` pair-rounds, 256 KB an array: in cache) whatever the number of models. A
 round's fit does not depend on the rounds beside it, so neither the number of cores nor the batch
 size changes the result. Meanwhile BLAS runs on one thread (``bt_fit.one_blas_thread``), so the
@@ -23,7 +23,7 @@ import numpy as np
 from flywheel.maths.bt_fit import fit_point, one_blas_thread, preconditioner, refit
 from flywheel.maths.pairs import PairOps, Pairs, Skeleton, components, mle_exists
 from flywheel.maths.ratings import PRIOR, usable_cpus
-from flywheel.maths.resample import Resampler
+from flywheel.maths.resample import Resampler, Streams
 
 BOOT_CHUNKS = 8  # bootstrap rounds are drawn and fitted in this many seeded chunks, on threads
 BATCH_PAIRS = 1 << 15  # rounds fitted together hold about this many (round, pair) entries
@@ -68,10 +68,10 @@ def bootstrap(point: PointFit, counts: np.ndarray, rounds: int, seed: int, prior
     ops = PairOps(pairs, batch)  # read-only: shared by the threads
 
     def chunk(c: int) -> np.ndarray:
-        rng = np.random.default_rng(seeds[c])
+        streams = Streams.of(seeds[c])
         out = np.empty((sizes[c], pairs.k))
         for first in range(0, sizes[c], batch):
-            draws = np.stack([resampler.draw(rng) for _ in range(min(batch, sizes[c] - first))])
+            draws = resampler.draws(streams, min(batch, sizes[c] - first))
             n, w = pairs.slot_stats(draws)
             if prior is None:
                 priors = np.where(mle_exists(pairs, n, w, point.skeleton), 0.0, PRIOR)

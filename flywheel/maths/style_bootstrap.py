@@ -26,7 +26,7 @@ some Elo), its coefficients within 0.001.
 
 Rounds are drawn and fitted in chunks with seeds spawned from one seed, on a bounded pool of
 threads; the chunks depend only on N and the number of rounds, so the result does not depend on
-the number of threads.
+the number of threads. Meanwhile BLAS runs on one thread (``bt_fit.one_blas_thread``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from itertools import combinations_with_replacement
 
 import numpy as np
 
+from flywheel.maths.bt_fit import one_blas_thread
 from flywheel.maths.ratings import usable_cpus
 from flywheel.maths.style_fit import LN10, REG, Design, assemble, fit_style
 
@@ -129,6 +130,7 @@ class Expansion:
         z += d.x @ self.theta_hat[d.k:]
         self.ders = _derivatives(z, d.y)
         self.xi = np.vstack([np.ones((1, d.n)), d.x.T])  # [F + 1, N]
+        self.x_max = np.maximum.reduceat(np.abs(d.x), d.starts, axis=0) if d.n else np.zeros((0, d.f))  # [P, F]
         self.channels = _kept(dim)
         index = {m: i for i, m in enumerate(self.channels)}
         # The powers q the gradient and Hessian need (q + e_a, or q + e_a + e_b, is kept), each split
@@ -184,9 +186,8 @@ class Expansion:
             else:
                 np.multiply(out[row[down]], xi[v], out=out[i])
             row[m] = i
-        degree = np.array([sum(m) for m in self.channels])
-        for j in range(1, ORDER + 1):
-            out[degree == j] *= self.ders[j - 1][lo:hi]
+        for i, m in enumerate(self.channels):  # every monomial built: each row scaled in place
+            np.multiply(out[i], self.ders[sum(m) - 1][lo:hi], out=out[i])
         if self._cacheable:
             self._cache[block] = out
         return out
@@ -235,11 +236,16 @@ class Expansion:
                     break
             reach = np.zeros(r)
             if p:
-                moved = np.abs(delta[:, k:] @ self.d.x.T)  # [R, N]: |x_n . dbeta|
-                moved = np.maximum.reduceat(moved, d.starts, axis=1)  # [R, P]: the largest per pair
-                moved += np.abs(alpha * (delta[:, d.pair_a] - delta[:, d.pair_b]))
                 played = moments[:, self.own[1][0][0]] > 0  # the pair has battles in this round
-                reach = np.where(played, moved, 0.0).max(axis=1)
+                c0 = np.abs(alpha * (delta[:, d.pair_a] - delta[:, d.pair_b]))  # [R, P]
+                # |x_n . dbeta| <= |dbeta| . (the pair's largest |x_n| per feature): where that
+                # bound keeps a round within U_MAX, so does the exact reach, which is not needed.
+                reach = np.where(played, c0 + np.abs(delta[:, k:]) @ self.x_max.T, 0.0).max(axis=1)
+                near = np.flatnonzero(reach > U_MAX * (1 - 1e-9))
+                if len(near):
+                    moved = np.abs(delta[near, k:] @ self.d.x.T)  # [R', N]: |x_n . dbeta|
+                    moved = np.maximum.reduceat(moved, d.starts, axis=1) + c0[near]  # [R', P]
+                    reach[near] = np.where(played[near], moved, 0.0).max(axis=1)
         finite = np.all(np.isfinite(delta), axis=1)
         ok = converged & finite & (reach <= U_MAX)
         return self.theta_hat + np.where(finite[:, None], delta, 0.0), ok
@@ -269,9 +275,10 @@ def bootstrap_style(d: Design, rounds: int, seed: int, theta_hat: np.ndarray, re
         return theta
 
     workers = min(len(sizes), threads or min(usable_cpus(), MAX_THREADS))
-    if workers <= 1:
-        return np.concatenate([chunk(i) for i in range(len(sizes))])
-    from concurrent.futures import ThreadPoolExecutor
+    with one_blas_thread():  # a thread per core, each on one BLAS thread
+        if workers <= 1:
+            return np.concatenate([chunk(i) for i in range(len(sizes))])
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(workers) as pool:
-        return np.concatenate(list(pool.map(chunk, range(len(sizes)))))
+        with ThreadPoolExecutor(workers) as pool:
+            return np.concatenate(list(pool.map(chunk, range(len(sizes)))))

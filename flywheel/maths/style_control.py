@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from flywheel.ground.style import FEATURES
+from flywheel.maths.bt_fit import one_blas_thread
 from flywheel.maths.leaderboard import interval, rating_rows
 from flywheel.maths.ratings import Rating, cell_counts, encode, groups, points_matrix, results
 from flywheel.maths.style_bootstrap import bootstrap_style
@@ -115,7 +116,8 @@ def style_control(
         raise ValueError(f"style vectors: expected {len(y)} rows of {len(features)} features, got {x.shape}")
     d = design(k, a, b, y, x)
     alpha = math.log(o.base)
-    theta = fit_style(d, reg=o.reg, alpha=alpha)[0]
+    with one_blas_thread():  # K + F unknowns: more BLAS threads only spin
+        theta = fit_style(d, reg=o.reg, alpha=alpha)[0]
     boots = bootstrap_style(d, o.rounds, o.seed, theta, o.reg, alpha, threads=o.threads)
     cells, counts = cell_counts(k, a, b, y)
     n = points_matrix(k, cells, counts)
