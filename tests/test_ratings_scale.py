@@ -229,6 +229,16 @@ def test_the_poisson_tables_draw_the_poisson_law():
         observed = np.bincount(np.searchsorted(edges[:-1], draws[:, c], side="left"), minlength=len(edges))
         assert stats.chisquare(observed, expected).pvalue > 1e-4, m
         assert draws[:, c].min() >= 0 and abs(draws[:, c].mean() - m) < 5 * np.sqrt(m / len(draws))
+    # Deep in both tails (where a guide entry spans many values), each draw is the first k of its
+    # row whose tabled CDF reaches u.
+    rng = np.random.default_rng(6)
+    tails = 10.0 ** -rng.uniform(0, 16, (400, len(means)))
+    u = np.where(rng.random(tails.shape) < 0.5, tails, 1 - tails)
+    u = np.minimum(u, 1 - 2**-53)
+    got = table.draw(u)
+    for c in range(len(means)):
+        row = table.start[c] + np.arange(table.width)
+        assert np.array_equal(got[:, c], table.k[row][np.searchsorted(table.cdf[row], u[:, c], side="left")])
     # The inverse CDF: the answer at u is the first k with CDF(k) >= u, at the table's edges too.
     u = np.array([[0.0, stats.poisson.cdf(3, 7) - 1e-12, stats.poisson.cdf(3, 7) + 1e-12, 1 - 2**-53]])
     got = PoissonTable(np.array([7, 7, 7, 7])).draw(u)[0]

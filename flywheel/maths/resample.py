@@ -32,6 +32,7 @@ import numpy as np
 
 TABLE_MAX = 1024  # cells of at most this many battles draw their Poisson count from a table
 TAIL = 10.0  # a table spans the mean +- this many standard deviations (plus a margin above)
+STEPS = 4  # a draw not found within this many steps from its guide entry is found by bisection
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class PoissonTable:
     standard deviations, at least 0; 1.0 from the row's last value on), and a guide of W entries
     per row: entry j is the first k with h(CDF(k)) >= j, h(v) = min(floor(v * W), W - 1). h is
     monotone in floating point too, so the answer at a uniform u, the first k with CDF(k) >= u, is
-    never before the guide's entry h(u); the search steps on from there (a step or two)."""
+    never before the guide's entry h(u); the search steps on from there (a step or two; after
+    ``STEPS``, as in a guide entry that covers a thin tail, it bisects to the row's end)."""
 
     def __init__(self, means: np.ndarray):
         values, self.row = np.unique(np.asarray(means, dtype=np.int64), return_inverse=True)
@@ -79,16 +81,29 @@ class PoissonTable:
 
     def draw(self, u: np.ndarray) -> np.ndarray:
         """The Poisson draws at uniforms ``u`` (float64[R, C] in [0, 1), column c for mean c): int64[R, C]."""
-        at = (u * self.width).astype(np.int64)
-        np.minimum(at, self.width - 1, out=at)
+        w, cells = self.width, len(self.start)
+        at = (u * w).astype(np.int64)
+        np.minimum(at, w - 1, out=at)
         at += self.start
         at = self.guide[at.ravel()]
         u = u.ravel()
         ahead = np.flatnonzero(self.cdf[at] < u)
-        while ahead.size:
+        for _ in range(STEPS):  # nearly every draw is settled within a step or two
+            if not ahead.size:
+                break
             at[ahead] += 1
             ahead = ahead[self.cdf[at[ahead]] < u[ahead]]
-        return self.k[at].reshape(-1, len(self.start))
+        if ahead.size:  # a guide entry in a thin tail: bisect between there and the row's end
+            lo, hi = at[ahead] + 1, self.start[ahead % cells] + w - 1
+            while True:
+                going = np.flatnonzero(lo < hi)
+                if not going.size:
+                    break
+                mid = (lo[going] + hi[going]) // 2
+                low = self.cdf[mid] < u[ahead[going]]
+                lo[going[low]], hi[going[~low]] = mid[low] + 1, mid[~low]
+            at[ahead] = lo
+        return self.k[at].reshape(-1, cells)
 
 
 class Resampler:
@@ -136,9 +151,10 @@ class Resampler:
         row = np.repeat(np.arange(len(x)), np.abs(extra))
         u = streams.correct.random(len(row))
         short = extra[row] < 0
-        if short.any():
-            more = np.searchsorted(self.cumulative, (u[short] * n).astype(np.int64), side="right")
-            np.add.at(x, (row[short], more), 1)
+        if short.any():  # sorted by round, then by battle: the search runs through each round's picks in order
+            picks = np.sort(row[short] * n + (u[short] * n).astype(np.int64))
+            more = np.searchsorted(self.cumulative, picks % n, side="right")
+            np.add.at(x, (picks // n, more), 1)
         long_rows = np.flatnonzero(extra > 0)
         if len(long_rows):  # positions in the long rounds' battles laid end to end
             first = np.cumsum(drawn[long_rows]) - drawn[long_rows]
@@ -163,14 +179,15 @@ def _distinct_per_round(rng: np.random.Generator, at: np.ndarray, rounds: np.nda
     keep = np.ones(len(at), dtype=bool)
     keep[twice] = False
     kept = at[keep]
-    owner = np.searchsorted(first, kept, side="right") - 1
-    short = np.unique(np.searchsorted(first, at[twice], side="right") - 1)
-    parts = [kept[~np.isin(owner, short)]]
     want = np.bincount(rounds, minlength=len(first))
-    for r in short:
-        mine = kept[owner == r]
+    parts, done = [], 0
+    for r in np.unique(np.searchsorted(first, at[twice], side="right") - 1):  # the rounds short of positions
+        lo, hi = np.searchsorted(kept, [first[r], first[r] + drawn[r]])
+        mine = kept[lo:hi]
         while len(mine) < want[r]:
             again = first[r] + (rng.random(want[r] - len(mine)) * drawn[r]).astype(np.int64)
-            mine = np.unique(np.concatenate([mine, again]))
-        parts.append(mine)
-    return np.sort(np.concatenate(parts))
+            mine = np.sort(np.concatenate([mine, again]))
+            mine = mine[np.r_[True, mine[1:] != mine[:-1]]]
+        parts += [kept[done:lo], mine]
+        done = hi
+    return np.concatenate(parts + [kept[done:]])
