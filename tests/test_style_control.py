@@ -22,9 +22,9 @@ from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.store import RunStore
 from flywheel.ground.style import FEATURES, conv_metadata, style_of
+from flywheel.maths import style_bootstrap
 from flywheel.maths.leaderboard import RatingOptions, rate
 from flywheel.maths.ratings import encode
-from flywheel.maths import style_bootstrap
 from flywheel.maths.style_bootstrap import Expansion, bootstrap_style, draw_counts
 from flywheel.maths.style_control import StyleOptions, style_control
 from flywheel.maths.style_fit import LN10, REG, design, fit_style, style_features
