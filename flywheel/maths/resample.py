@@ -61,7 +61,7 @@ class PoissonTable:
     ``STEPS``, as in a guide entry that covers a thin tail, it bisects to the row's end)."""
 
     def __init__(self, means: np.ndarray):
-        values, self.row = np.unique(np.asarray(means, dtype=np.int64), return_inverse=True)
+        values, row = np.unique(np.asarray(means, dtype=np.int64), return_inverse=True)
         lam = values.astype(np.float64)
         spread = TAIL * np.sqrt(lam)
         lo = np.maximum(0, np.floor(lam - spread)).astype(np.int64)
@@ -77,7 +77,7 @@ class PoissonTable:
         start = np.arange(len(values)) * width
         steps = np.minimum((cdf * width).astype(np.int64), width - 1) + start[:, None]
         self.guide = np.searchsorted(steps.ravel(), np.arange(len(values) * width))
-        self.start = start[self.row]  # each cell's row, as its first flat index
+        self.start = start[row]  # each cell's row, as its first flat index
 
     def draw(self, u: np.ndarray) -> np.ndarray:
         """The Poisson draws at uniforms ``u`` (float64[R, C] in [0, 1), column c for mean c): int64[R, C]."""
