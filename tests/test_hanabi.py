@@ -47,10 +47,29 @@ def test_a_seat_never_sees_its_own_cards_in_either_style():
         assert one.text(style) == two.text(style)
         after = [s.play("hy").play("d1") for s in (one, two)]  # seat 0 hints, seat 1 discards: seat 0 again
         assert after[0].text(style) == after[1].text(style)
-    assert "y1y1r2" in one.text() and "r1y2r3" in one.play("hy").text()
+    assert "y1-y1-r2-" in one.text() and "r1-y2-r3-" in one.play("hy").text()
     assert len(one.text()) < 50  # fits the tiny models' 64 characters with the answer
     view = parse_view(one.text("verbose"))
     assert view.others == (("y1", "y1", "r2"),) and view.knowledge == ("--",) * 3
+
+
+def test_a_view_reads_back_as_the_state_it_shows_whatever_the_size():
+    """Every seat's view, at every move of random games of several sizes, parses back to the hands
+    it shows, what each seat was told, the fireworks, tokens and deck, and the same legal moves."""
+    rng = random.Random(0)
+    for setup in (Setup(2, 3, 4, 4), Setup(), Setup(players=3), Setup(players=5, hand=4)):
+        for _ in range(20):
+            st = parse_deal(new_deal(setup, rng))
+            while not st.over():
+                view, n = parse_view(st.text()), setup.players
+                assert view == parse_view(st.text("verbose"))
+                others = [(st.to_move + i) % n for i in range(1, n)]
+                assert view.others == tuple(st.hands[o] for o in others)
+                assert view.others_told == tuple(st.knowledge[o] for o in others)
+                assert (view.knowledge, view.fireworks) == (st.knowledge[st.to_move], st.fireworks)
+                assert (view.hints, view.lives, view.deck) == (st.hints, st.lives, len(st.deck))
+                assert view.legal_moves() == st.legal_moves()
+                st = st.play(rng.choice(st.legal_moves()))
 
 
 def test_scoring_lives_and_the_end_of_the_game():
