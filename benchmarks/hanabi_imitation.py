@@ -7,53 +7,91 @@ the views cover positions a weaker partner leads to). Each view is labelled with
 bot's move there (``flywheel/games/hanabi_policy.py``). Train views come from ``--games`` deals of
 seed 0, held-out views from 150 deals of seed 1 (those also in train left out). Per model size
 (``--sizes LAYERSxWIDTH``), the embedded world's character-level GPT is trained on the train views
-with its own pre-training loop (AdamW, batch 64, ``--steps``); the figure is the share of held-out
-views whose move it names exactly (greedy, token by token). One torch thread.
+with its own pre-training loop (AdamW, batch 64, ``--steps``). Two figures per model:
+
+- the share of held-out views whose move it names exactly (teacher-forced, token by token);
+- its score as the bot's partner: 40 deals of seed 2, the model in seat 0 then in seat 1 (80
+  games, greedy answers; an answer that is not a legal move discards the oldest card), beside
+  the bot's own self-play score on the same deals (mean +- 95% normal interval).
+
+``--order fireworks-last`` renders the views as the game did before its fireworks moved to the
+front (``hb <next seat's cards> <its marks> <my knowledge> <fireworks' heights> ...``), for the
+comparison in docs/benchmarks.md#hanabi-the-cooperative-recipe. One torch thread.
 
     python -m benchmarks.hanabi_imitation                          # 2x64 (the recipe's model), 3,000 steps
-    python -m benchmarks.hanabi_imitation --sizes 2x64 4x128 --steps 3000
+    python -m benchmarks.hanabi_imitation --steps 12000 --order fireworks-first fireworks-last
 
-Ends with ``ratio: X``: the first size's held-out share (not a speed ratio: the share of the
-bot's moves it reproduces).
+Ends with ``ratio: X``: the first run's score beside the bot over the bot's self-play score (not
+a speed ratio).
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
 
+SIZE = {"players": 2, "colours": 3, "ranks": 4, "hand": 4}
 
-def labelled_views(seed: int, games: int) -> dict[str, str]:
+
+def fireworks_last(state) -> str:
+    """The terse view in the game's earlier order: the next seat's cards, then its marks, my
+    knowledge, the fireworks' heights (``000``), tokens, deck."""
+    from flywheel.games.hanabi import mark
+
+    s, n = state.to_move, state.setup.players
+    others = [f"{''.join(state.hands[o]) or '.'} {''.join(map(mark, state.knowledge[o])) or '.'}"
+              for o in ((s + i) % n for i in range(1, n))]
+    mine = "".join(state.knowledge[s]) or "."
+    fw = "".join(map(str, state.fireworks))
+    return f"hb {' '.join(others)} {mine} {fw} {state.hints}{state.lives} {len(state.deck)}="
+
+
+def render(state, order: str) -> str:
+    return state.text() if order == "fireworks-first" else fireworks_last(state)
+
+
+def labelled_views(seed: int, games: int, order: str = "fireworks-first") -> dict[str, str]:
     """View -> the cautious bot's move, from ``games`` games of the recipe's size."""
     from flywheel.games.hanabi import Setup, parse_view
     from flywheel.games.hanabi_policy import cautious_move
     from flywheel.games.hanabi_referee import new_deal, parse_deal
 
-    setup, rng, out = Setup(players=2, colours=3, ranks=4, hand=4), random.Random(seed), {}
+    setup, rng, out = Setup(**SIZE), random.Random(seed), {}
     for g in range(games):
         state = parse_deal(new_deal(setup, rng))
         while not state.over():
             move = cautious_move(parse_view(state.key()))
-            out.setdefault(state.text(), move)
+            out.setdefault(render(state, order), move)
             random_seat = g % 2 == 1 and state.to_move == 1
             state = state.play(rng.choice(state.legal_moves()) if random_seat else move)
     return out
 
 
-def held_out_share(layers: int, width: int, steps: int, train: dict[str, str], test: dict[str, str]) -> float:
-    """Train a fresh model on ``train`` and return the share of ``test`` moves it names exactly."""
+def train_imitator(layers: int, width: int, steps: int, train: dict[str, str]):
+    """A fresh model of that size trained on ``train`` (view -> move); returns (model, tokenizer)."""
     import torch
 
     from flywheel.ground.config_world import ModelSpec
     from flywheel.ground.records import Prompt
-    from flywheel.worlds.tinymodels import build_model, build_tokenizer, encode_pool, pretrain
+    from flywheel.worlds.tinymodels import build_model, build_tokenizer, pretrain
 
     torch.set_num_threads(1)  # the same arithmetic whatever the machine's core count
     tok = build_tokenizer()
     spec = ModelSpec(name="imitator", categories=["hanabi"], steps=steps, n_layer=layers, n_embd=width)
     model = build_model(spec, len(tok), 0)
     pretrain(model, tok, [Prompt(str(i), v, "hanabi", 0, m) for i, (v, m) in enumerate(train.items())], spec, 64, 0)
+    return model, tok
+
+
+def held_out_share(model, tok, test: dict[str, str]) -> float:
+    """The share of ``test`` moves the model names exactly (teacher-forced)."""
+    import torch
+
+    from flywheel.ground.records import Prompt
+    from flywheel.worlds.tinymodels import encode_pool
+
     right = 0
     with torch.no_grad():
         for prompt, answer in encode_pool(tok, [Prompt(str(i), v, "hanabi", 0, m) for i, (v, m) in enumerate(test.items())]):
@@ -62,23 +100,66 @@ def held_out_share(layers: int, width: int, steps: int, train: dict[str, str], t
     return right / len(test)
 
 
+def with_the_bot(model, tok, order: str, deals: int = 40) -> tuple[list[int], list[int]]:
+    """Scores of the model beside the bot (each deal twice, the model in seat 0 then 1) and of the
+    bot's self-play on the same deals."""
+    import torch
+
+    from flywheel.games.hanabi import Setup, parse_move, parse_view
+    from flywheel.games.hanabi_policy import cautious_move
+    from flywheel.games.hanabi_referee import new_deal, parse_deal
+
+    def model_move(state) -> str:
+        ids = tok(render(state, order), add_special_tokens=False).input_ids
+        out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=3, do_sample=False)
+        move = parse_move(tok.decode(out[0, len(ids):], skip_special_tokens=True))
+        return move if move in state.legal_moves() else "d1"
+
+    def play(deal: str, model_seat: int | None) -> int:
+        state = parse_deal(deal)
+        while not state.over():
+            mine = state.to_move == model_seat
+            state = state.play(model_move(state) if mine else cautious_move(parse_view(state.key())))
+        return state.score
+
+    setup, rng = Setup(**SIZE), random.Random(2)
+    pairs, bots = [], []
+    with torch.no_grad():
+        for _ in range(deals):
+            deal = new_deal(setup, rng)
+            pairs += [play(deal, 0), play(deal, 1)]
+            bots.append(play(deal, None))
+    return pairs, bots
+
+
+def mean_ci(xs: list[int]) -> str:
+    return f"{statistics.mean(xs):.2f} +- {1.96 * statistics.stdev(xs) / len(xs) ** 0.5:.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["2x64"], help="model sizes, LAYERSxWIDTH (default 2x64)")
     ap.add_argument("--steps", type=int, default=3000, help="training steps at batch 64 (default 3,000)")
     ap.add_argument("--games", type=int, default=1500, help="games whose views are the train set (default 1,500)")
+    ap.add_argument("--order", nargs="+", default=["fireworks-first"], choices=["fireworks-first", "fireworks-last"],
+                    help="how the views are written (default: the game's own, fireworks first)")
     args = ap.parse_args()
-    train, test = labelled_views(0, args.games), labelled_views(1, 150)
-    test = {v: m for v, m in test.items() if v not in train}
-    print(f"{len(train)} train views, {len(test)} held-out views")
-    shares = []
-    for size in args.sizes:
-        layers, width = (int(x) for x in size.split("x"))
-        t0 = time.perf_counter()
-        shares.append(held_out_share(layers, width, args.steps, train, test))
-        print(f"{size}: {args.steps} steps, the bot's move named in {shares[-1]:.3f} of the held-out views "
-              f"({time.perf_counter() - t0:.0f} s)")
-    print(f"ratio: {shares[0]:.3f}")
+    ratios = []
+    for order in args.order:
+        train, test = labelled_views(0, args.games, order), labelled_views(1, 150, order)
+        test = {v: m for v, m in test.items() if v not in train}
+        print(f"{order}: {len(train)} train views, {len(test)} held-out views")
+        for size in args.sizes:
+            layers, width = (int(x) for x in size.split("x"))
+            t0 = time.perf_counter()
+            model, tok = train_imitator(layers, width, args.steps, train)
+            share = held_out_share(model, tok, test)
+            pairs, bots = with_the_bot(model, tok, order)
+            ratios.append(statistics.mean(pairs) / statistics.mean(bots))
+            print(f"{order} {size}: {args.steps} steps, the bot's move named in {share:.3f} of the held-out views; "
+                  f"beside the bot {mean_ci(pairs)}, the bot with itself {mean_ci(bots)} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"ratio: {ratios[0]:.3f}")
 
 
 if __name__ == "__main__":
