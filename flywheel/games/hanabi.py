@@ -26,9 +26,9 @@ started); the next seat holds g1 r2 y1 b3 and was told the rank of its first car
 followed by what its seat was told of it: ``-``, ``c``olour, ra``n``k or ``k`` both); of my four
 cards I know the first is red and the third a 1; 8 hint tokens, 3 lives; 12 cards in the deck". The
 fireworks come first, written as the card each needs next (``r5`` once a 4-rank red is complete),
-so that a model reading left to right can tell whether a card is playable as it reads the card: a
-tiny model learns the cautious partner's moves far sooner from this order than with the fireworks
-last (benchmarks/hanabi_imitation.py). The verbose style describes it in English for instruct LLMs
+so that a model reading left to right can tell whether a card is playable as it reads the card:
+with this order the Hanabi recipe's tiny model learns to partner the cautious bot, with the
+fireworks last it did not (docs/benchmarks.md#hanabi-the-cooperative-recipe). The verbose style describes it in English for instruct LLMs
 and ends with the terse key, which every player parses (``parse_view``).
 """
 
