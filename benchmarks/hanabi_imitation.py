@@ -20,6 +20,7 @@ comparison in docs/benchmarks.md#hanabi-the-cooperative-recipe. One torch thread
 
     python -m benchmarks.hanabi_imitation                          # 2x64 (the recipe's model), 3,000 steps
     python -m benchmarks.hanabi_imitation --steps 12000 --order fireworks-first fireworks-last
+    python -m benchmarks.hanabi_imitation --sizes 2x64 4x64 2x128 --seeds 0 1 2 --steps 6000 --at 1500 3000 4500
 
 Ends with ``ratio: X``: the first run's score beside the bot over the bot's self-play score (not
 a speed ratio).
@@ -69,8 +70,10 @@ def labelled_views(seed: int, games: int, order: str = "fireworks-first") -> dic
     return out
 
 
-def train_imitator(layers: int, width: int, steps: int, train: dict[str, str]):
-    """A fresh model of that size trained on ``train`` (view -> move); returns (model, tokenizer)."""
+def train_imitator(layers: int, width: int, steps: int, train: dict[str, str], seed: int = 0, device: str = "cpu",
+                   after_step=None):
+    """A fresh model of that size trained on ``train`` (view -> move) on ``device``; returns (model,
+    tokenizer). ``after_step(model, tok, n)`` is called after the n-th step."""
     import torch
 
     from flywheel.ground.config_world import ModelSpec
@@ -80,8 +83,10 @@ def train_imitator(layers: int, width: int, steps: int, train: dict[str, str]):
     torch.set_num_threads(1)  # the same arithmetic whatever the machine's core count
     tok = build_tokenizer()
     spec = ModelSpec(name="imitator", categories=["hanabi"], steps=steps, n_layer=layers, n_embd=width)
-    model = build_model(spec, len(tok), 0)
-    pretrain(model, tok, [Prompt(str(i), v, "hanabi", 0, m) for i, (v, m) in enumerate(train.items())], spec, 64, 0)
+    model = build_model(spec, len(tok), seed).to(device)
+    hook = None if after_step is None else (lambda n: after_step(model, tok, n))
+    pretrain(model, tok, [Prompt(str(i), v, "hanabi", 0, m) for i, (v, m) in enumerate(train.items())], spec, 64, seed,
+             hook)
     return model, tok
 
 
@@ -95,7 +100,7 @@ def held_out_share(model, tok, test: dict[str, str]) -> float:
     right = 0
     with torch.no_grad():
         for prompt, answer in encode_pool(tok, [Prompt(str(i), v, "hanabi", 0, m) for i, (v, m) in enumerate(test.items())]):
-            logits = model(input_ids=torch.tensor([prompt + answer])).logits[0]
+            logits = model(input_ids=torch.tensor([prompt + answer], device=model.device)).logits[0]
             right += logits[len(prompt) - 1:len(prompt) + len(answer) - 1].argmax(-1).tolist() == answer
     return right / len(test)
 
@@ -111,7 +116,7 @@ def with_the_bot(model, tok, order: str, deals: int = 40) -> tuple[list[int], li
 
     def model_move(state) -> str:
         ids = tok(render(state, order), add_special_tokens=False).input_ids
-        out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=3, do_sample=False)
+        out = model.generate(input_ids=torch.tensor([ids], device=model.device), max_new_tokens=3, do_sample=False)
         move = parse_move(tok.decode(out[0, len(ids):], skip_special_tokens=True))
         return move if move in state.legal_moves() else "d1"
 
@@ -136,13 +141,34 @@ def mean_ci(xs: list[int]) -> str:
     return f"{statistics.mean(xs):.2f} +- {1.96 * statistics.stdev(xs) / len(xs) ** 0.5:.2f}"
 
 
+def reporter(label: str, order: str, test: dict[str, str], at: list[int], steps: int, ratios: list[float]):
+    """What a run reports after step n (at ``at`` and at its last step): the held-out share and the
+    scores beside the bot; the last step's ratio goes to ``ratios``."""
+    t0 = time.perf_counter()
+
+    def report(model, tok, n: int) -> None:
+        if n not in at and n != steps:
+            return
+        share = held_out_share(model, tok, test)
+        pairs, bots = with_the_bot(model, tok, order)
+        if n == steps:
+            ratios.append(statistics.mean(pairs) / statistics.mean(bots))
+        print(f"{label}: {n} steps, the bot's move named in {share:.3f} of the held-out views; beside the bot "
+              f"{mean_ci(pairs)}, the bot with itself {mean_ci(bots)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["2x64"], help="model sizes, LAYERSxWIDTH (default 2x64)")
     ap.add_argument("--steps", type=int, default=3000, help="training steps at batch 64 (default 3,000)")
+    ap.add_argument("--at", type=int, nargs="*", default=[], help="also report at these steps of the run (its "
+                    "learning curve: one run of --steps steps, seen part-way)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="model seeds (initial weights, batches)")
     ap.add_argument("--games", type=int, default=1500, help="games whose views are the train set (default 1,500)")
     ap.add_argument("--order", nargs="+", default=["fireworks-first"], choices=["fireworks-first", "fireworks-last"],
                     help="how the views are written (default: the game's own, fireworks first)")
+    ap.add_argument("--device", default="cpu", help="where the model trains and plays (cpu, cuda)")
     args = ap.parse_args()
     ratios = []
     for order in args.order:
@@ -151,14 +177,9 @@ def main() -> None:
         print(f"{order}: {len(train)} train views, {len(test)} held-out views")
         for size in args.sizes:
             layers, width = (int(x) for x in size.split("x"))
-            t0 = time.perf_counter()
-            model, tok = train_imitator(layers, width, args.steps, train)
-            share = held_out_share(model, tok, test)
-            pairs, bots = with_the_bot(model, tok, order)
-            ratios.append(statistics.mean(pairs) / statistics.mean(bots))
-            print(f"{order} {size}: {args.steps} steps, the bot's move named in {share:.3f} of the held-out views; "
-                  f"beside the bot {mean_ci(pairs)}, the bot with itself {mean_ci(bots)} "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            for seed in args.seeds:
+                report = reporter(f"{order} {size} seed {seed}", order, test, args.at, args.steps, ratios)
+                train_imitator(layers, width, args.steps, train, seed, args.device, report)
     print(f"ratio: {ratios[0]:.3f}")
 
 

@@ -13,6 +13,7 @@ import logging
 import random
 import string
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -92,8 +93,10 @@ def collate(pairs: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, tor
     return ids, mask, lab
 
 
-def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: int, seed: int) -> float:
-    """AdamW with warm-up and linear decay on answer tokens; returns the last loss."""
+def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: int, seed: int,
+             after_step: Callable[[int], None] | None = None) -> float:
+    """AdamW with warm-up and linear decay on answer tokens, on the model's device; returns the
+    last loss. ``after_step(n)`` is called after the n-th step (a benchmark's learning curve)."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     encoded = encode_pool(tokenizer, pool)
@@ -104,12 +107,15 @@ def pretrain(model, tokenizer, pool: list[Prompt], spec: ModelSpec, batch_size: 
         lr = spec.learning_rate * min(1.0, (step + 1) / 50) * (1 - step / spec.steps)
         for group in opt.param_groups:
             group["lr"] = lr
-        ids, mask, lab = collate(rng.sample(encoded, min(batch_size, len(encoded))))
+        ids, mask, lab = (t.to(model.device) for t in collate(rng.sample(encoded, min(batch_size, len(encoded)))))
         loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss_value = float(loss.detach())
+        if after_step is not None:
+            after_step(step + 1)
+            model.train()
     model.eval()
     return loss_value
 
