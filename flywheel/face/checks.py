@@ -9,8 +9,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flywheel.arena.selection import GAMES_HAVE_NO_VALIDATION_ANSWERS
+from flywheel.games.hanabi import Setup
 from flywheel.ground.chat import template_of
-from flywheel.ground.config import PROCEDURAL, RL_METHODS, FlywheelConfig, PlayerConfig
+from flywheel.ground.config import PROCEDURAL, RL_METHODS, FlywheelConfig, ModelSpec, PlayerConfig
 from flywheel.players.registry import resolve
 from flywheel.worlds.realmodels import KNOWN
 from flywheel.worlds.world import world_pools
@@ -165,6 +166,28 @@ def teaching_problems(cfg: FlywheelConfig) -> list[str]:
     return []
 
 
+def tiny_model_problems(cfg: FlywheelConfig) -> list[str]:
+    """A games world's tiny models (``world.models``) read ``ModelSpec.positions`` characters: its
+    positions must be terse, and a Hanabi view of the configured size must fit with a move and
+    ``<eos>``."""
+    if cfg.world.kind != "games" or not cfg.world.models:
+        return []
+    own = "or world.models: [] and models of your own (targets and opponents with a path)"
+    if cfg.world.games.prompt == "verbose":
+        return [f"world.games.prompt: verbose describes positions in English for instruct LLMs, but the tiny models "
+                f"(world.models) read {ModelSpec.positions} characters; use terse, {own}"]
+    if "hanabi" not in cfg.world.games.games:
+        return []
+    hc = cfg.world.games.hanabi
+    setup = Setup(hc.players, hc.colours, hc.ranks, hc.hand, hc.hints, hc.lives)
+    need = setup.longest_view + len("p1") + 1  # a move and <eos>
+    if need <= ModelSpec.positions:
+        return []
+    return [f"world.games.hanabi: a view of {hc.players} seats with {hc.colours} colours and hands of {hc.hand} is "
+            f"up to {setup.longest_view} characters, {need} with a move, but the tiny models (world.models) read "
+            f"{ModelSpec.positions}; use fewer seats, colours or cards in a hand, {own}"]
+
+
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
     out = directory_problems(cfg)
@@ -186,6 +209,7 @@ def problems(cfg: FlywheelConfig) -> list[str]:
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
     out += evolve_problems(cfg)
     out += teaching_problems(cfg)
+    out += tiny_model_problems(cfg)
     if cfg.world.prompt_pools:
         try:
             world_pools(cfg.world)

@@ -68,6 +68,15 @@ class Setup:
     def max_score(self) -> int:
         return self.colours * self.ranks
 
+    @property
+    def longest_view(self) -> int:
+        """Characters in the longest terse view (``State.text``), ``=`` included: the deal's first,
+        with the deck at its fullest and every card's knowledge written out."""
+        others = (self.players - 1) * 3 * self.hand + self.players - 2  # card + mark per card, spaces between
+        tokens = len(str(self.hints)) + len(str(self.lives))
+        deck = len(str(self.deck_size - self.hand * self.players))
+        return len("hb ") + 2 * self.colours + 1 + others + 1 + 2 * self.hand + 1 + tokens + 1 + deck + len("=")
+
     def problem(self) -> str | None:
         """Why this size cannot be played (None: it can)."""
         if not 2 <= self.players <= 5:

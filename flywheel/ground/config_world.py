@@ -4,7 +4,7 @@ pools, the games world, conversations (part of ``flywheel.ground.config.Flywheel
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -38,6 +38,8 @@ class TaskSuiteConfig(Strict):
 
 class ModelSpec(Strict):
     """A tiny character-level GPT that ``flywheel bootstrap`` builds and pre-trains."""
+
+    positions: ClassVar[int] = 64  # characters it reads: the prompt, the answer and <eos> together
 
     name: str = Field(..., description="Model name; saved under world.models_dir/<name>.")
     categories: list[str] = Field(list(CATEGORIES), description="Categories in its pre-training.")

@@ -57,7 +57,7 @@ def build_model(spec: ModelSpec, vocab_size: int, seed: int):  # -> GPT2LMHeadMo
         raise ValueError(f"model {spec.name}: n_embd {spec.n_embd} is not a multiple of n_head")
     cfg = GPT2Config(
         vocab_size=vocab_size,
-        n_positions=64,
+        n_positions=ModelSpec.positions,
         n_embd=spec.n_embd,
         n_layer=spec.n_layer,
         n_head=spec.n_head,
