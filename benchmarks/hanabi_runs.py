@@ -38,10 +38,15 @@ def iterations(run_dir: Path) -> list[tuple[int, dict]]:
     return out
 
 
+def beside_the_bot(team: str, version: str) -> bool:
+    """Whether ``team`` is ``version`` and the bot, in either seat."""
+    return sorted(team_members(team)) == sorted([version, BOT])
+
+
 def version_rows(teams: dict[str, dict]) -> tuple[str, dict | None, dict | None]:
     """The target version this report evaluated, its self-play row and its row beside the bot."""
     version = next(t for t in teams if "@" in t and "+" not in t)
-    beside = next((v for t, v in teams.items() if sorted(team_members(t)) == sorted([version, BOT])), None)
+    beside = next((v for t, v in teams.items() if beside_the_bot(t, version)), None)
     return version, teams.get(version), beside
 
 
@@ -52,7 +57,7 @@ def paired(store: RunStore, k: int, version: str) -> list[float]:
     for jb in store.judged(k, "eval"):
         b, raw = jb.battle, json.loads(jb.judgment.raw)
         teams = {"a": b.model_a, "b": b.model_b}
-        mine = [s for s, t in teams.items() if sorted(team_members(t)) == sorted([version, BOT])]
+        mine = [s for s, t in teams.items() if beside_the_bot(t, version)]
         theirs = [s for s, t in teams.items() if t == BOT]
         if mine and theirs:
             diffs.append(float(raw["scores"][mine[0]] - raw["scores"][theirs[0]]))
