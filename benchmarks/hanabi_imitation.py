@@ -14,12 +14,16 @@ with its own pre-training loop (AdamW, batch 64, ``--steps``). Two figures per m
   games, greedy answers; an answer that is not a legal move discards the oldest card), beside
   the bot's own self-play score on the same deals (mean +- 95% normal interval).
 
-``--order fireworks-last`` renders the views as the game did before its fireworks moved to the
-front (``hb <next seat's cards> <its marks> <my knowledge> <fireworks' heights> ...``), for the
-comparison in docs/benchmarks.md#hanabi-the-cooperative-recipe. One torch thread.
+``--order`` renders the views as the game does (``fireworks-first``) or as it did before, for the
+comparisons in docs/benchmarks.md#hanabi-the-cooperative-recipe: ``unmarked``, fireworks first but
+without the marks of playable cards (a card's mark is only what its seat was told, and ``++`` never
+stands for a card of mine that I know is playable); ``fireworks-last``, unmarked and with the
+fireworks last (``hb <next seat's cards> <its marks> <my knowledge> <fireworks' heights> ...``).
+One torch thread.
 
     python -m benchmarks.hanabi_imitation                          # 2x64 (the recipe's model), 3,000 steps
-    python -m benchmarks.hanabi_imitation --steps 12000 --order fireworks-first fireworks-last
+    python -m benchmarks.hanabi_imitation --order fireworks-first unmarked --seeds 0 1 2
+    python -m benchmarks.hanabi_imitation --steps 12000 --order unmarked fireworks-last
     python -m benchmarks.hanabi_imitation --sizes 2x64 4x64 2x128 --seeds 0 1 2 --steps 6000 --at 1500 3000 4500
 
 Ends with ``ratio: X``: the first run's score beside the bot over the bot's self-play score (not
@@ -49,8 +53,24 @@ def fireworks_last(state) -> str:
     return f"hb {' '.join(others)} {mine} {fw} {state.hints}{state.lives} {len(state.deck)}="
 
 
+def unmarked(state) -> str:
+    """The terse view without the marks of playable cards: a playable card's mark is the one it
+    would have were it not playable, and my knowledge is what I was told, ``++`` never."""
+    from flywheel.games.hanabi import COLOURS, mark
+
+    s, n = state.to_move, state.setup.players
+    need = "".join(f"{c}{h + 1}" for c, h in zip(COLOURS, state.fireworks))
+    others = ["".join(card + mark(k) for card, k in zip(state.hands[o], state.knowledge[o])) or "."
+              for o in ((s + i) % n for i in range(1, n))]
+    mine = "".join(state.knowledge[s]) or "."
+    return f"hb {need} {' '.join(others)} {mine} {state.hints}{state.lives} {len(state.deck)}="
+
+
 def render(state, order: str) -> str:
-    return state.text() if order == "fireworks-first" else fireworks_last(state)
+    """A view as ``order`` writes it: the game's own (fireworks first), or an earlier one."""
+    if order == "fireworks-first":
+        return state.text()
+    return unmarked(state) if order == "unmarked" else fireworks_last(state)
 
 
 def labelled_views(seed: int, games: int, order: str = "fireworks-first") -> dict[str, str]:
@@ -166,7 +186,8 @@ def main() -> None:
                     "learning curve: one run of --steps steps, seen part-way)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="model seeds (initial weights, batches)")
     ap.add_argument("--games", type=int, default=1500, help="games whose views are the train set (default 1,500)")
-    ap.add_argument("--order", nargs="+", default=["fireworks-first"], choices=["fireworks-first", "fireworks-last"],
+    ap.add_argument("--order", nargs="+", default=["fireworks-first"],
+                    choices=["fireworks-first", "unmarked", "fireworks-last"],
                     help="how the views are written (default: the game's own, fireworks first)")
     ap.add_argument("--device", default="cpu", help="where the model trains and plays (cpu, cuda)")
     args = ap.parse_args()

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from flywheel.games.hanabi import Setup, State, parse_move, parse_view
+from flywheel.games.hanabi import PROVEN, Setup, State, parse_move, parse_view, proves_playable
 from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.hanabi_referee import new_deal, parse_deal, replay_duplicate, replay_team
 from flywheel.ground.records import Battle, BattleSpec, JudgedBattle
@@ -47,7 +47,7 @@ def test_a_seat_never_sees_its_own_cards_in_either_style():
         assert one.text(style) == two.text(style)
         after = [s.play("hy").play("d1") for s in (one, two)]  # seat 0 hints, seat 1 discards: seat 0 again
         assert after[0].text(style) == after[1].text(style)
-    assert "y1-y1-r2-" in one.text() and "r1-y2-r3-" in one.play("hy").text()
+    assert "y1+y1+r2-" in one.text() and "r1+y2-r3-" in one.play("hy").text()  # a playable card's mark: +
     assert len(one.text()) < 50  # fits the tiny models' 64 characters with the answer
     view = parse_view(one.text("verbose"))
     assert view.others == (("y1", "y1", "r2"),) and view.knowledge == ("--",) * 3
@@ -69,7 +69,11 @@ def test_a_view_reads_back_as_the_state_it_shows_whatever_the_size():
                 others = [(st.to_move + i) % n for i in range(1, n)]
                 assert view.others == tuple(st.hands[o] for o in others)
                 assert view.others_told == tuple(st.knowledge[o] for o in others)
-                assert (view.knowledge, view.fireworks) == (st.knowledge[st.to_move], st.fireworks)
+                proven = tuple(PROVEN if proves_playable(k, st.fireworks) else k for k in st.knowledge[st.to_move])
+                assert (view.knowledge, view.fireworks) == (proven, st.fireworks)
+                marks = st.key().split()[2][2::3]  # the next seat's cards' marks: playable ones are + o u (or k)
+                assert [m in "+ou" for m in marks] == [st.playable(c) and "-" in k for c, k in
+                                                        zip(st.hands[others[0]], st.knowledge[others[0]])]
                 assert (view.hints, view.lives, view.deck) == (st.hints, st.lives, len(st.deck))
                 assert view.legal_moves() == st.legal_moves()
                 st = st.play(rng.choice(st.legal_moves()))

@@ -21,10 +21,15 @@ score is the fireworks total (cards played), kept when the lives run out.
 What a seat reads (``State.text``) holds the other seats' hands, what it was told about its own
 cards, the fireworks, the tokens, the deck size and (verbose style) the discards, but never its own
 cards. The terse style fits the project's character-level models (a 64-character context):
-``hb r1y1g1b1 g1nr2-y1-b3- r--1---- 83 12=`` reads "the fireworks need r1 y1 g1 b1 next (none
-started); the next seat holds g1 r2 y1 b3 and was told the rank of its first card (each card is
-followed by what its seat was told of it: ``-``, ``c``olour, ra``n``k or ``k`` both); of my four
-cards I know the first is red and the third a 1; 8 hint tokens, 3 lives; 12 cards in the deck". The
+``hb r1y1g1b1 g1ur2-y1+b3- r-++---- 83 12=`` reads "the fireworks need r1 y1 g1 b1 next (none
+started); the next seat holds g1 r2 y1 b3, was told the rank of its first card, and its first and
+third cards are playable now (each card is followed by what its seat was told of it: ``-``,
+``c``olour, ra``n``k or ``k`` both; ``+``, ``o``, ``u`` or ``k`` where the card is playable); of
+my four cards I know the first is red, and what I was told of the second (a 1) proves it playable
+(``++``); 8 hint tokens, 3 lives; 12 cards in the deck". The marks spare a reader matching each
+card against the fireworks, which a 2-layer character model learns late or never: with them the
+Hanabi recipe's tiny model names more of the cautious bot's moves, and partners it on runs where
+it did not without them (docs/benchmarks.md#hanabi-the-cooperative-recipe). The
 fireworks come first, written as the card each needs next (``r5`` once a 4-rank red is complete),
 so that a model reading left to right can tell whether a card is playable as it reads the card:
 with this order the Hanabi recipe's tiny model learns to partner the cautious bot, with the
@@ -250,9 +255,9 @@ class State:
         s = self.to_move if seat is None else seat
         n = self.setup.players
         need = "".join(f"{c}{h + 1}" for c, h in zip(COLOURS, self.fireworks))
-        others = ["".join(card + mark(k) for card, k in zip(self.hands[o], self.knowledge[o])) or "."
-                  for o in ((s + i) % n for i in range(1, n))]
-        mine = "".join(self.knowledge[s]) or "."
+        others = ["".join(card + mark(k, self.playable(card)) for card, k in zip(self.hands[o], self.knowledge[o]))
+                  or "." for o in ((s + i) % n for i in range(1, n))]
+        mine = "".join(PROVEN if proves_playable(k, self.fireworks) else k for k in self.knowledge[s]) or "."
         return f"hb {need} {' '.join(others)} {mine} {self.hints}{self.lives} {len(self.deck)}"
 
     def text(self, style: str = "terse") -> str:
@@ -279,17 +284,34 @@ class State:
 
 
 MARKS = {"--": "-", "c-": "c", "-n": "n", "cn": "k"}
+PLAYABLE_MARKS = {"-": "+", "c": "o", "n": "u", "k": "k"}
+PROVEN = "++"  # an own card what the seat was told proves playable, in the terse style
 
 
-def mark(known: str) -> str:
+def mark(known: str, playable: bool = False) -> str:
     """What a seat was told of one card, as its partners see it in the terse style: ``-`` nothing,
-    ``c`` its colour, ``n`` its rank, ``k`` both."""
-    return MARKS[("c" if known[0] != UNKNOWN else "-") + ("n" if known[1] != UNKNOWN else "-")]
+    ``c`` its colour, ``n`` its rank, ``k`` both; a card playable now is marked ``+``, ``o``,
+    ``u`` (and ``k``) instead, so that a partner reads at a glance which cards are worth a hint."""
+    told = MARKS[("c" if known[0] != UNKNOWN else "-") + ("n" if known[1] != UNKNOWN else "-")]
+    return PLAYABLE_MARKS[told] if playable else told
 
 
 def unmark(card: str, m: str) -> str:
     """The knowledge a mark stands for, given the card."""
-    return (card[0] if m in "ck" else UNKNOWN) + (card[1] if m in "nk" else UNKNOWN)
+    return (card[0] if m in "cok" else UNKNOWN) + (card[1] if m in "nuk" else UNKNOWN)
+
+
+def proves_playable(known: str, fireworks: tuple[int, ...]) -> bool:
+    """Whether ``known`` (what a seat was told of a card, or ``PROVEN``) proves the card playable on
+    ``fireworks``: its colour and rank, the next there, or a rank every firework needs next."""
+    c, r = known
+    if known == PROVEN:
+        return True
+    if r == UNKNOWN:
+        return False
+    if c != UNKNOWN:
+        return fireworks[COLOURS.index(c)] == int(r) - 1
+    return all(h == int(r) - 1 for h in fireworks)
 
 
 def _told(known: str, card: str, hint: str) -> str:
@@ -330,15 +352,10 @@ class View:
 
     def known_playable(self, slot: int) -> bool:
         """Whether what the seat was told of card ``slot`` (1-based) proves it playable now."""
-        c, r = self.knowledge[slot - 1]
-        if r == UNKNOWN:
-            return False
-        if c != UNKNOWN:
-            return self.playable(c + r)
-        return all(h == int(r) - 1 for h in self.fireworks)
+        return proves_playable(self.knowledge[slot - 1], self.fireworks)
 
 
-_VIEW = re.compile(r"\bhb (?:[rygbw]\d)+ (?:(?:(?:[rygbw]\d[-cnk])+|\.) )+(?:(?:[rygbw-][\d-])+|\.) \d\d \d+\b")
+_VIEW = re.compile(r"\bhb (?:[rygbw]\d)+ (?:(?:(?:[rygbw]\d[-cnk+ou])+|\.) )+(?:(?:[rygbw-][\d-]|\+\+)+|\.) \d\d \d+\b")
 
 
 def parse_view(text: str) -> View:
