@@ -47,6 +47,25 @@ class World:
         return [f"world.tasks.seed={self.suite}", f"world.seed={self.pretraining}", f"world.models_dir={self.models_dir}"]
 
 
+REGISTRY = Path(__file__).with_name("worlds.yaml")
+
+
+def registry() -> dict:
+    """The registry of worlds (``benchmarks/worlds.yaml``): tuning worlds, and held-out worlds with
+    the purpose and run seeds they were registered for before they were run."""
+    import yaml
+
+    return yaml.safe_load(REGISTRY.read_text())
+
+
+def registered(purpose: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """The (suite, pre-training) pairs registered as held out for ``purpose``, and their run seeds."""
+    rows = [w for w in registry()["held_out"] if w["purpose"] == purpose]
+    if not rows:
+        raise SystemExit(f"--registered {purpose}: no held-out world is registered for it in {REGISTRY}")
+    return [(w["suite"], w["pretraining"]) for w in rows], sorted({s for w in rows for s in w["seeds"]})
+
+
 def add_world_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--suites", nargs="+", default=[str(TUNING[0])],
                     help=f"task suite seeds, world.tasks.seed (default {TUNING[0]}, the tuning suite)")
@@ -54,11 +73,19 @@ def add_world_args(ap: argparse.ArgumentParser) -> None:
                     help=f"pre-training seeds, world.seed (default {TUNING[1]}, the tuning pre-training)")
     ap.add_argument("--models-root", default="data/models/worlds",
                     help="where each world's pre-trained tiny models are kept (one folder per world)")
+    ap.add_argument("--registered", default=None, metavar="PURPOSE",
+                    help="run the held-out worlds registered for PURPOSE in benchmarks/worlds.yaml, with their "
+                         "run seeds (instead of --suites, --pretrainings and --seeds)")
 
 
 def worlds_of(args: argparse.Namespace) -> list[World]:
     """Every (suite, pre-training) pair the arguments name, tuning world first if named."""
     root = Path(args.models_root)
+    if getattr(args, "registered", None):
+        pairs, seeds = registered(args.registered)
+        if hasattr(args, "seeds"):
+            args.seeds = [str(s) for s in seeds]
+        return [World(s, p, root) for s, p in pairs]
     return [World(s, p, root) for s in parse_seeds(args.suites) for p in parse_seeds(args.pretrainings)]
 
 
