@@ -77,7 +77,7 @@ def test_the_shipped_recipes_load():
     assert llm.world.tasks == FlywheelConfig().world.tasks  # the same suite as make demo: shared tiny opponents
     assert all(p.path.exists() for p in llm.world.prompt_pools)
     rl = load_config(ROOT / "flows/recipes/rl.yaml")
-    assert [rl.train.method_of(k) for k in (1, 3, 4, 9)] == ["sft", "sft", "grpo", "grpo"]
+    assert [rl.train.method_of(k) for k in (1, 3, 4, 9)] == ["sft", "sft", "sft+expert", "sft+expert"]
     assert rl.model_copy(update={"train": FlywheelConfig().train}) == FlywheelConfig()  # only train differs
     smol = load_config(ROOT / "flows/recipes/smollm2_rl.yaml")
     assert smol.train.schedule == ["sft", "grpo"] and smol.train.rl.reward == "verifier" and smol.train.lora
@@ -143,6 +143,10 @@ def _bad_inputs(tmp_path):
         (["--set", "train.method=grpo", "--set", "train.rl.reward=no_such_module:score"],
          "error: train.rl.reward: kind 'no_such_module:score': cannot import 'no_such_module': No module named "
          "'no_such_module'"),
+        (["--set", "train.method=sft+expert", "--set", "train.rl.reward=os.path:exists"],
+         "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
+         "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "
+         "per completion"),
     ]
 
 

@@ -114,6 +114,44 @@ def uses_rl(cfg: FlywheelConfig) -> bool:
     return bool(cfg.train.methods(max(cfg.run.iterations, len(cfg.train.schedule))) & set(RL_METHODS))
 
 
+# The columns every RL prompt row carries (flywheel/stages/rl_prompts.py), handed to a user's reward
+# function as keyword arguments, besides prompts and completions.
+REWARD_COLUMNS = ("prompt_text", "reference", "prompt_id", "category", "level", "baseline", "baseline_model")
+
+
+def cannot_score(fn) -> str | None:
+    """Why ``fn`` cannot be called as a reward, ``fn(prompts=..., completions=..., **columns)``
+    (TRL's contract), or None where it can."""
+    import inspect
+
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a builtin without a signature: found out when it is called
+    try:
+        sig.bind(prompts=[], completions=[], **{c: [] for c in REWARD_COLUMNS})
+    except TypeError as e:
+        return (f"cannot take a reward's arguments ({e}): a reward function is called as "
+                "f(prompts, completions, **columns) and returns one float or None per completion")
+    return None
+
+
+def reward_source_problems(cfg: FlywheelConfig) -> list[str]:
+    """A method that learns from rewards needs prompts its reward can score: the verifier needs
+    reference answers in the train prompts of the world's prompt pools."""
+    if not uses_rl(cfg) or cfg.train.rl.reward != "verifier" or not cfg.world.prompt_pools:
+        return []
+    try:
+        pools = world_pools(cfg.world)
+    except (OSError, ValueError):
+        return []  # reported by the prompt pools' own check
+    if any(p.reference is not None for p in pools.train):
+        return []
+    methods = sorted(cfg.train.methods(max(cfg.run.iterations, len(cfg.train.schedule))) & set(RL_METHODS))
+    return [f"train.rl.reward verifier: no train prompt of world.prompt_pools has a reference answer, so no answer of "
+            f"train.method {', '.join(methods)} could be scored; add references, or use train.rl.reward judge"]
+
+
 def reward_model_problems(cfg: FlywheelConfig) -> list[str]:
     """A reward model named by path (a GRPO reward, or the judge) holds a model."""
     paths = {"train.rl.reward_model": cfg.train.rl.reward_model if uses_rl(cfg) else None,
@@ -202,9 +240,13 @@ def problems(cfg: FlywheelConfig) -> list[str]:
     for field, spec in functions.items():
         if spec:
             try:
-                load_callable(spec)
+                fn = load_callable(spec)
             except ValueError as e:
                 out.append(f"{field}: {e}")
+                continue
+            if field == "train.rl.reward" and (why := cannot_score(fn)):
+                out.append(f"{field}: {spec} {why}")
+    out += reward_source_problems(cfg)
     if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
     out += evolve_problems(cfg)

@@ -23,6 +23,7 @@ from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import ConfigError, dump_config, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.maths.ratings import Rating
+from flywheel.learning.rl import RewardsFailed
 from judges.guard import JudgeGuardError
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
@@ -110,7 +111,7 @@ def run(
         fail(str(e), IN_USE)
     except FileExistsError as e:
         fail(str(e))
-    except JudgeGuardError as e:
+    except (JudgeGuardError, RewardsFailed) as e:
         fail(str(e), RUNTIME)
     if as_json:
         store = RunStore(run_dir)

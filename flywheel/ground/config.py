@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
 from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
 from flywheel.ground.config_teach import TeachingConfig  # the tree's select.teaching
-from flywheel.ground.config_train import RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
+from flywheel.ground.config_train import ONLINE_METHODS, RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
 from flywheel.ground.config_world import (  # noqa: F401 - the tree's world section
     CATEGORIES, ConversationConfig, GamesConfig, ModelSpec, PromptPoolConfig, TaskSuiteConfig, WorldConfig)
 
@@ -299,9 +299,13 @@ class FlywheelConfig(Strict):
                              "validation pairs yet; use sft or dpo")
         if not rl:
             return
-        if tc.batch_size % tc.rl.generations:
+        if any(m in ONLINE_METHODS for m in plan) and tc.batch_size % tc.rl.generations:
             raise ValueError(f"train.batch_size {tc.batch_size} is not a multiple of train.rl.generations "
                              f"{tc.rl.generations} (each batch holds whole groups)")
+        if tc.rl.prompts == "train" and tc.rl.reward == "judge":
+            raise ValueError("train.rl.prompts train: the judge reward compares an answer with the battles' baseline "
+                             "answer, which a prompt never battled has not; use train.rl.prompts battles, or a reward "
+                             "that reads the prompt alone (verifier, reward_model, module:function)")
         talks = bool(self.world.conversation.askers) or self.world.conversation.turns > 1
         if talks and tc.rl.reward == "judge" and self.judge.kind == "reward_model":
             raise ValueError("train.rl.reward judge: the reward-model judge (judge.kind reward_model) reads an answer "

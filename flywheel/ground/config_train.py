@@ -11,15 +11,22 @@ from pydantic import Field, field_validator
 
 from flywheel.ground.config_parts import Strict
 
-Method = Literal["sft", "dpo", "sft+dpo", "grpo", "sft+grpo", "reward"]
-# Methods that train the target by reinforcement learning, on rewards (train.rl).
-RL_METHODS = ("grpo", "sft+grpo")
+Method = Literal["sft", "dpo", "sft+dpo", "grpo", "sft+grpo", "rloo", "sft+rloo", "expert", "sft+expert",
+                 "onpolicy_dpo", "sft+onpolicy_dpo", "reward"]
+# Methods that learn from rewards of the target's own sampled answers (train.rl).
+RL_METHODS = ("grpo", "sft+grpo", "rloo", "sft+rloo", "expert", "sft+expert", "onpolicy_dpo", "sft+onpolicy_dpo")
+# Of those, the ones that sample while they train (TRL's online trainers); the others sample first
+# (flywheel.arena.own_answers), then train on what passed.
+ONLINE_METHODS = ("grpo", "sft+grpo", "rloo", "sft+rloo")
 
 
 class RLConfig(Strict):
-    """GRPO (``train.method: grpo`` or ``sft+grpo``): the target samples ``generations`` answers to
-    each prompt the select stage chose for it this iteration, a reward scores each answer, and TRL's
-    GRPOTrainer moves the target toward the answers that beat their group's mean."""
+    """Learning from the target's own answers (``train.method``: grpo, rloo, expert, onpolicy_dpo,
+    each alone or after SFT): the target samples ``generations`` answers to each prompt the select
+    stage chose for it this iteration, a reward scores each answer, and the method learns from the
+    answers that beat the others: TRL's GRPOTrainer or RLOOTrainer toward those above their group's
+    mean (or the others' mean), expert iteration by SFT on the passed ones, on-policy DPO on
+    (passed, failed) pairs of one prompt."""
 
     reward: str = Field("verifier", description="What scores an answer: verifier (the world's reference check, "
                         "judge.verifier's settings), judge (the run's judge, against the best opponent's answer to "
@@ -45,8 +52,29 @@ class RLConfig(Strict):
                            "pushes the weights into it as they train, so it needs --weight-transfer-config); CUDA only.")
     vllm_url: str | None = Field(None, description="use_vllm: the server GRPO samples from, e.g. http://127.0.0.1:8001 "
                                  "(default: the target's first base_url, without /v1).")
-    args: dict[str, Any] = Field({}, description="Extra trl.GRPOConfig fields (override the ones built here), e.g. "
-                                 "{loss_type: dr_grpo}.")
+    prompts: Literal["battles", "train"] = Field("battles", description="The prompts a phase learns on: battles "
+                                                 "(those the select stage chose for the target's train battles of the "
+                                                 "iteration) or train (also every other train-split prompt with a "
+                                                 "reference answer; a reward that needs the battles' baseline answer, "
+                                                 "judge, cannot score those).")
+    pass_reward: float = Field(1.0, description="An answer passes at this reward or more: expert iteration trains on "
+                               "it, on-policy DPO pairs it (chosen) with an answer of the same prompt that does not "
+                               "(rejected).")
+    dynamic_sampling: bool = Field(True, description="grpo and rloo: before training, sample generations answers to "
+                                   "each prompt (the answer budget below) and train only on the prompts whose answers "
+                                   "got more than one reward; a prompt whose answers all got one reward (a flat group) "
+                                   "is replaced, not trained on. expert and onpolicy_dpo always drop flat groups.")
+    answers: int | None = Field(None, ge=1, description="Own answers sampled per target before a phase trains "
+                                "(expert, onpolicy_dpo, dynamic sampling), in rounds that pick the prompts with the "
+                                "highest learnability; default: the phase's steps x train.batch_size, what a GRPO "
+                                "phase of those steps samples.")
+    prior_strength: float = Field(2.0, gt=0, description="The learnability posterior: a prompt not yet sampled takes "
+                                  "its cell's (category x level) pass rate as its prior, worth this many answers.")
+    max_failed: float = Field(0.5, ge=0, le=1, description="A phase whose share of failed rewards (errors, no "
+                              "verdict, no reference) is over this stops the run with an error; no version is made "
+                              "from it.")
+    args: dict[str, Any] = Field({}, description="Extra trl.GRPOConfig (method grpo) or trl.RLOOConfig (rloo) fields "
+                                 "(override the ones built here), e.g. {loss_type: dr_grpo}.")
 
     @field_validator("reward")
     @classmethod
@@ -58,7 +86,16 @@ class RLConfig(Strict):
     @field_validator("args")
     @classmethod
     def _grpo_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _trl_fields_of("GRPOConfig", v)
+        if v:
+            import dataclasses
+
+            import trl
+
+            known = {f.name for c in (trl.GRPOConfig, trl.RLOOConfig) for f in dataclasses.fields(c)}
+            unknown = sorted(set(v) - known)
+            if unknown:
+                raise ValueError(f"not fields of trl.GRPOConfig nor trl.RLOOConfig: {unknown}")
+        return v
 
 
 def _trl_fields_of(config: str, v: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +113,10 @@ def _trl_fields_of(config: str, v: dict[str, Any]) -> dict[str, Any]:
 
 class TrainConfig(Strict):
     method: Method = Field("sft", description="What each iteration trains: sft, dpo, sft+dpo (imitation, on the "
-                           "curated datasets), grpo or sft+grpo (reinforcement learning on rewards: train.rl), or "
+                           "curated datasets); grpo, rloo (reinforcement learning on rewards: train.rl), expert "
+                           "(expert iteration: SFT on the target's own passed answers), onpolicy_dpo (DPO on pairs "
+                           "of its own passed and failed answers), each also after SFT (sft+grpo, ...; sft+expert "
+                           "mixes the curated rows and the passed answers in one SFT phase); or "
                            "reward (a reward model on the decisive judged pairs, reward-models/<target>@<k>; the "
                            "target's version is carried forward unchanged).")
     schedule: list[Method] = Field([], description="The method of iterations 1, 2, 3, ... in turn, the last one "

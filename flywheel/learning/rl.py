@@ -26,6 +26,22 @@ ROLLOUT_COLUMNS = ["prompt", "completion", "reward", "advantage", "error", "step
                    "category", "iteration", "target", "turn", "history"]
 
 
+class RewardsFailed(RuntimeError):
+    """More of a phase's rewards failed than ``train.rl.max_failed`` allows: the run stops, and no
+    version is made from the phase."""
+
+
+def check_rewards(rl, target: str, rewards: list, errors: list) -> None:
+    """Raise ``RewardsFailed`` where the share of failed rewards (None) is over ``rl.max_failed``
+    (``train.rl``), before any version is made from them."""
+    share = sum(r is None for r in rewards) / len(rewards) if rewards else 0.0
+    if share > rl.max_failed:
+        first = next((str(e) for r, e in zip(rewards, errors) if r is None and e), "no error recorded")
+        raise RewardsFailed(f"train.rl.reward {rl.reward}: {share:.0%} of target {target}'s rewards failed (over "
+                            f"train.rl.max_failed {rl.max_failed:.0%}; the first: {first}); no version was made: "
+                            "fix the reward, then resume the run")
+
+
 @dataclass(frozen=True)
 class RLPhase:
     """What a GRPO phase needs besides the trainer's settings (``train.rl``): the prompts (columns
@@ -58,8 +74,11 @@ class RolloutLog:
 
     def truncate(self, step: int) -> None:
         """Keep the rollouts of the steps up to ``step`` (a line cut short by a kill is dropped)."""
-        kept = [r for r in self.read() if r["step"] <= step]
-        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        self.rewrite([r for r in self.read() if r["step"] <= step])
+
+    def rewrite(self, rows: list[dict]) -> None:
+        """The log holds ``rows`` alone, written at once."""
+        atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in rows))
 
     def read(self) -> list[dict]:
         if not self.path.exists():
@@ -174,10 +193,11 @@ def fill_position_ids(model):
     return model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool) -> dict:
-    """``trl.GRPOConfig`` fields: the shared training fields (``base``, from ``training_args``:
-    GRPO takes no ``max_length``), the group, sampling and KL settings of ``train.rl``, and vLLM's
-    server mode where configured (CUDA only), then ``train.rl.args``."""
+def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool, config: type | None = None) -> dict:
+    """``trl.GRPOConfig`` (or ``config``: ``trl.RLOOConfig``) fields: the shared training fields
+    (``base``, from ``training_args``: GRPO takes no ``max_length``), the group, sampling and KL
+    settings of ``train.rl``, and vLLM's server mode where configured (CUDA only), then those of
+    ``train.rl.args`` that ``config`` has."""
     args = {k: v for k, v in base.items() if k != "max_length"}
     args.update(num_generations=rl.generations, temperature=rl.temperature, beta=rl.beta,
                 max_completion_length=phase.max_completion_length, log_completions=False,
@@ -190,12 +210,23 @@ def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool) -> dict:
         args.update(use_vllm=True, vllm_mode="server")
         if phase.vllm_url:
             args["vllm_server_base_url"] = phase.vllm_url
-    return {**args, **rl.args}
+    if config is None:
+        return {**args, **rl.args}
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(config)}
+    return {k: v for k, v in {**args, **rl.args}.items() if k in known}
 
 
-def save_rollouts(rows: list[dict], out: Path, iteration: int, rl) -> int:
+# What each method's rollouts are, for their card's title.
+ROLLOUTS_OF = {"grpo": "GRPO rollouts", "rloo": "RLOO rollouts", "expert": "Own answers (expert iteration)",
+               "onpolicy_dpo": "Own answers (on-policy DPO)"}
+
+
+def save_rollouts(rows: list[dict], out: Path, iteration: int, rl, method: str = "grpo") -> int:
     """Write rollouts as a dataset folder in the curated datasets' layout (``data/*.parquet`` and
-    a ``README.md`` card), atomically; reward and advantage stay numbers (a failed reward is null)."""
+    a ``README.md`` card), atomically; reward and advantage stay numbers (a failed reward is null).
+    Expert iteration's and on-policy DPO's are the answers sampled before training (step 0)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -205,15 +236,17 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl) -> int:
     table = pa.Table.from_pylist([{c: r.get(c) for c in ROLLOUT_COLUMNS} for r in rows], schema=schema)
     summary = RewardSummary.of(rows)
     card = (
-        "---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n- grpo\n- rollouts\n- flywheel\n"
+        "---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n"
+        f"- {method.removeprefix('sft+').replace('_', '-')}\n- rollouts\n- flywheel\n"
         "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n---\n\n"
-        f"# GRPO rollouts, iteration {iteration}\n\n"
+        f"# {ROLLOUTS_OF.get(method.removeprefix('sft+'), 'Rollouts')}, iteration {iteration}\n\n"
         f"- rows: {len(rows)} (one per sampled answer; {rl.generations} answers per prompt make a group)\n"
         f"- reward: {rl.reward}; failed rewards (null, left out of training): {summary.failed}\n"
         f"- mean reward: {summary.mean}; share of groups with one reward for all (nothing to learn): "
         f"{summary.flat_groups}\n"
         "- advantage: (reward - the group's mean) / (the group's standard deviation + 1e-4), 0 where the "
-        "reward failed\n- step: the optimizer step that sampled the answer\n"
+        "reward failed\n- step: the optimizer step that sampled the answer (0: sampled before training, "
+        "by the learnability posterior's rounds)\n"
         "- turn: the user turn answered (1: the task; 2 and on: a conversation's later turn, after the "
         "messages in history, JSON)\n\n"
         "Open with `datasets.load_dataset(\"parquet\", data_dir=\"<this directory>/data\", split=\"train\")` or "

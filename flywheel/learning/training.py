@@ -1,4 +1,4 @@
-"""Fine-tune a target version with TRL (SFT, DPO, GRPO, or SFT then one of them), full or LoRA."""
+"""Fine-tune a target version with TRL (SFT, DPO, GRPO, RLOO, or SFT then one of them), full or LoRA."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from flywheel.ground import progress
 from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
 from flywheel.ground.config import TrainConfig
 from flywheel.learning.rl import (
-    RecordedReward, RewardSummary, RLPhase, RolloutLog, fill_position_ids, grpo_args, with_advantages,
+    RecordedReward,
+    RewardSummary,
+    RLPhase,
+    RolloutLog,
+    check_rewards,
+    fill_position_ids,
+    grpo_args,
+    with_advantages,
 )
 
 log = logging.getLogger("flywheel")
@@ -185,11 +192,12 @@ class TrainJob:
 
 
 def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None, *,
-                  rl: RLPhase | None = None) -> TrainResult:
+                  rl: RLPhase | None = None, callbacks: tuple = ()) -> TrainResult:
     """Train ``job.base`` into ``job.out`` by ``job.method`` (default ``cfg.method``): SFT on
-    ``sft_data``, DPO on ``dpo_data``, GRPO on ``rl``'s prompts and rewards, or SFT then one of the
-    others. With no steps or no data the new version is a copy (the version still advances, so
-    every iteration has one version per target)."""
+    ``sft_data``, DPO on ``dpo_data``, GRPO or RLOO on ``rl``'s prompts and rewards, or SFT then one
+    of the others. With no steps or no data the new version is a copy (the version still advances,
+    so every iteration has one version per target). ``callbacks``: more ``TrainerCallback``s for
+    every phase (a learning curve's measurements)."""
     import torch
     from transformers import AutoTokenizer
 
@@ -212,8 +220,8 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
         plan.append(("sft", sft_data))
     if method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
         plan.append(("dpo", dpo_data))
-    if method in ("grpo", "sft+grpo") and rl is not None and len(rl.prompts):
-        plan.append(("grpo", rl.prompts))
+    if method in ("grpo", "sft+grpo", "rloo", "sft+rloo") and rl is not None and len(rl.prompts):
+        plan.append((method.removeprefix("sft+"), rl.prompts))
     if steps <= 0 or not plan:
         if is_main_process():
             save_checkpoint(model, tokenizer, out)
@@ -235,18 +243,20 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                                     "completion_only_loss": True, "packing": False, **cfg.sft_args})
                 trainer = SFTTrainer(model=model, args=args, train_dataset=data.select_columns(["prompt", "completion"]),
                                      processing_class=tokenizer, peft_config=peft)
-            elif kind == "grpo":
-                from trl import GRPOConfig, GRPOTrainer
+            elif kind in ("grpo", "rloo"):
+                import trl
 
                 record = RolloutLog(Path(rl.rollouts))
                 record.truncate(saved_at if resume else 0)  # the steps after the checkpoint are sampled again
                 base_args = {**training_args(cfg, per_stage, seed, scratch, length, hw),
                              "activation_checkpointing": activation_checkpointing(cfg, model, cfg.rl.args)}
-                args = GRPOConfig(**grpo_args(base_args, cfg.rl, rl, hw.cuda))
+                config, trainer_class = (trl.GRPOConfig, trl.GRPOTrainer) if kind == "grpo" else \
+                    (trl.RLOOConfig, trl.RLOOTrainer)
+                args = config(**grpo_args(base_args, cfg.rl, rl, hw.cuda, config))
                 positions = fill_position_ids(model)
-                trainer = GRPOTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                                      reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations),
-                                      peft_config=peft)
+                trainer = trainer_class(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                                        reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations),
+                                        peft_config=peft)
             else:
                 from trl import DPOConfig, DPOTrainer
 
@@ -257,6 +267,8 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                                      train_dataset=data.select_columns(["prompt", "chosen", "rejected"]),
                                      processing_class=tokenizer, peft_config=peft)
             trainer.add_callback(progress.trainer_callback(f"train {kind} {out.name}", per_stage))
+            for callback in callbacks:
+                trainer.add_callback(callback)
             if os.environ.get("FLYWHEEL_TRAINER_LOGS") != "1":  # `flywheel run -v` shows the trainer's log dicts
                 from transformers import PrinterCallback
 
@@ -274,10 +286,11 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
             steps_done = trainer.state.global_step
             total += steps_done
             loss = stage_loss(trainer.state.log_history)
-            if kind == "grpo":
+            if kind in ("grpo", "rloo"):
                 positions.remove()
-                rollouts = with_advantages(record.read())
-                log.info("grpo %s: rewards %s", out.name, RewardSummary.of(rollouts).to_json())
+                rollouts = with_advantages([r for r in record.read() if r["step"] > 0])  # not those sampled before
+                log.info("%s %s: rewards %s", kind, out.name, RewardSummary.of(rollouts).to_json())
+                check_rewards(cfg.rl, out.name, [r["reward"] for r in rollouts], [r["error"] for r in rollouts])
             examples += len(data)
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model

@@ -131,6 +131,7 @@ class TargetTraining(StageRecord):
     served_as: str | None = None
     rewards: dict | None = None  # GRPO: answers scored and failed, mean reward, share of flat groups
     reward_model: dict | None = None  # method reward: its folder, steps, pairs, pair accuracy on validation
+    sampling: dict | None = None  # own answers sampled before training: answers, flat groups, pass@k by category
 
 
 class PerTarget(StageRecord):

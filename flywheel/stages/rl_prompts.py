@@ -95,11 +95,18 @@ def rl_prompts(ctx: Context, k: int, t: str):
                 continue
             row = rows.setdefault(s.prompt_id, {
                 "prompt_text": s.text, "reference": s.reference, "prompt_id": s.prompt_id, "category": b.category,
+                "level": b.level,
                 "baseline": None, "baseline_model": None, "rank": -1.0, "turn": s.turn, "history": encode(s.history),
                 "baseline_conversation": ""})
             if opp_score > row["rank"] and base_name(opp) != t and s.baseline is not None:
                 row.update(baseline=s.baseline, baseline_model=opp, rank=opp_score,
                            baseline_conversation=encode(s.baseline_conversation))
+    if ctx.cfg.train.rl.prompts == "train" and not talks:  # every train prompt with a reference, not only the battles'
+        for p in ctx.train_pool:
+            if p.reference is not None and p.text not in held_out and p.id not in rows:
+                rows[p.id] = {"prompt_text": p.text, "reference": p.reference, "prompt_id": p.id, "category": p.category,
+                              "level": p.level, "baseline": None, "baseline_model": None, "rank": -1.0, "turn": 1,
+                              "history": "", "baseline_conversation": ""}
     chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
     drop = {"rank"} | (set() if talks else set(CONVERSATION_COLUMNS))
     data = [{**{c: v for c, v in r.items() if c not in drop},

@@ -43,7 +43,8 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
         wall_s=round(wall_s, 2),
         current={t: ctx.current_version(t, k + 1) for t in ctx.roster.targets},
         promotion=read_stage(store, k, "promote", PromoteResult),
-        training={t: {"method": ctx.cfg.train.method_of(k), "rewards": r.rewards, "reward_model": r.reward_model}
+        training={t: {"method": ctx.cfg.train.method_of(k), "rewards": r.rewards, "reward_model": r.reward_model,
+                      **({"sampling": r.sampling} if r.sampling else {})}
                   for t, r in (trained.targets.items() if trained and k > 0 else [])},
         askers=asker_report(ctx, k) if k > 0 and len(ctx.cfg.world.conversation.askers) > 1 else None,
     )

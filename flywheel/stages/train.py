@@ -11,16 +11,17 @@ import shutil
 
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, prompt_as_read, split_prompt
-from flywheel.ground.config import RL_METHODS
+from flywheel.ground.config import ONLINE_METHODS, RL_METHODS
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
-from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog, save_rollouts, with_advantages
+from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
+from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog, check_rewards, save_rollouts, with_advantages
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
-from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.stages.results import TargetTraining, TrainResult
+from flywheel.stages.rl_prompts import rl_prompts
 
 log = logging.getLogger("flywheel")
 
@@ -47,6 +48,12 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     method = tc.method_of(k)
     rl = rl_phase(ctx, k, t) if method in RL_METHODS else None
     made = train_reward(ctx, k, t, steps, tc) if method == "reward" else None
+    sampled = None
+    if rl is not None and (method not in ONLINE_METHODS or tc.rl.dynamic_sampling):
+        groups = own_groups(ctx, k, t, rl, steps // (2 if method.startswith("sft+") else 1), tc)
+        sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
+        log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
+        rl, sft, dpo, method = from_own_answers(ctx, k, t, groups, rl, sft, method)
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
@@ -66,7 +73,69 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         with contextlib.suppress(OSError):  # and the folder of them, once no target's are left
             state.parent.rmdir()
     rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
-    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards, made)
+    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards, made,
+                          sampled)
+
+
+def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> list[Group]:
+    """Target ``t``'s own answers to its RL prompts, ``train.rl.generations`` a prompt, sampled in
+    rounds that pick the prompts of highest learnability (``flywheel.arena.own_answers``), up to
+    ``train.rl.answers`` (default ``steps`` x ``train.batch_size``). Kept in the train state, so
+    that a killed phase resumes with the same groups; stops the run where most rewards failed."""
+    from dataclasses import replace
+
+    from flywheel.arena.own_answers import sample_groups
+
+    version = ctx.current_version(t, k)
+    params = replace(ctx.roster.params(version), temperature=tc.rl.temperature)
+    state = ctx.store.train_state_dir(k, t)
+    state.mkdir(parents=True, exist_ok=True)
+    groups = sample_groups(ctx.roster.player(version), params, list(rl.prompts), rl.scorer, k=tc.rl.generations,
+                           budget=tc.rl.answers or max(steps, 1) * tc.batch_size, at=tc.rl.pass_reward,
+                           seed=ctx.cfg.run.seed + 7919 * k, strength=tc.rl.prior_strength,
+                           saved=state / "own-answers.jsonl")
+    check_rewards(tc.rl, t, [r for g in groups for r in g.rewards], [e for g in groups for e in g.errors])
+    # Published with the rollouts as step 0; a trainer's steps (GRPO, RLOO) follow, and those a
+    # resumed phase kept from before its kill stay.
+    log_ = RolloutLog(ctx.store.rollout_log(k, t))
+    log_.rewrite([{"prompt": g.row["prompt_text"], "completion": a, "reward": r, "error": e, "step": 0,
+                   "group": f"0-{g.round}-{g.row['prompt_id']}", "prompt_id": g.row["prompt_id"],
+                   "category": g.row.get("category"), "turn": g.row.get("turn") or 1,
+                   "history": g.row.get("history") or ""}
+                  for g in groups for a, r, e in zip(g.answers, g.rewards, g.errors)]
+                 + [r for r in log_.read() if r["step"] > 0])
+    return groups
+
+
+def from_own_answers(ctx: Context, k: int, t: str, groups: list[Group], rl: RLPhase, sft, method: str):
+    """What the method trains on, from the groups: GRPO and RLOO the prompts whose groups taught
+    (dynamic sampling); expert iteration the passed answers as SFT rows (after the curated rows
+    with ``sft+expert``); on-policy DPO (passed, failed) pairs. Returns (rl, sft, dpo, the
+    trainer's method)."""
+    from dataclasses import replace
+
+    from datasets import Dataset, concatenate_datasets
+
+    at = ctx.cfg.train.rl.pass_reward
+    chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
+    if not any(not g.flat for g in groups):
+        log.warning("%s: none of its %d sampled groups teaches (every answer of each got one reward): its %s phase "
+                    "has nothing of its own answers to learn from", t, len(groups), method)
+    if method in ONLINE_METHODS:
+        teach = {g.row["prompt_id"] for g in groups if not g.flat}
+        return replace(rl, prompts=rl.prompts.filter(lambda r: r["prompt_id"] in teach, keep_in_memory=True)), sft, \
+            None, method
+    if method in ("expert", "sft+expert"):
+        rows = [{"prompt": r["prompt_text"], "completion": r["completion"], "history": r.get("history") or ""}
+                for r in expert_rows(groups, at)]
+        own = shape_for(Dataset.from_list(rows), chat, system) if rows else None
+        parts = [p for p in ([sft] if method == "sft+expert" else []) + [own] if p is not None and len(p)]
+        mixed = concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+        return None, mixed, None, "sft"
+    rows = [{"prompt": r["prompt_text"], "chosen": r["chosen"], "rejected": r["rejected"],
+             "history": r.get("history") or ""} for r in preference_rows(groups, at)]
+    pairs = shape_for(Dataset.from_list(rows), chat, system) if rows else None
+    return None, sft, pairs, "sft+dpo" if method == "sft+onpolicy_dpo" else "dpo"
 
 
 def train_reward(ctx: Context, k: int, t: str, steps: int, tc) -> dict:
@@ -163,7 +232,7 @@ def publish_rollouts(ctx: Context, k: int) -> None:
     logs = {t: ctx.store.rollout_log(k, t) for t in ctx.roster.targets}
     rows = [{**r, "iteration": k, "target": t} for t, path in logs.items() if path.exists()
             for r in with_advantages(RolloutLog(path).read())]
-    save_rollouts(rows, ctx.store.dataset_dir(k, "rollouts"), k, ctx.cfg.train.rl)
+    save_rollouts(rows, ctx.store.dataset_dir(k, "rollouts"), k, ctx.cfg.train.rl, ctx.cfg.train.method_of(k))
     for path in logs.values():
         path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):

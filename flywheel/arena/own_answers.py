@@ -1,0 +1,92 @@
+"""The target's own answers to its RL prompts, sampled in rounds that the learnability posterior
+steers (``flywheel.learning.onpolicy``): each round samples ``k`` answers to the prompts the
+target is likeliest to pass sometimes, scores them with the phase's reward, and updates the
+posterior (the prompt's and its cell's) before the next round picks. Flat groups are counted and
+kept apart; sampling stops at the answer budget or when the prompts run out.
+
+The answers come from the target's player as it plays (its chat template, stop strings, device),
+sampled at ``train.rl.temperature``, so what a method learns from is what the target would say."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from dataclasses import replace
+from pathlib import Path
+
+from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.records import Prompt
+from flywheel.learning.onpolicy import Group, PromptPosterior, cell_of, finite, pick
+from flywheel.learning.rl import Scorer
+from flywheel.players.base import Player, SamplingParams
+
+log = logging.getLogger("flywheel")
+
+# Prompts sampled per round (k answers each): small enough that the posterior steers, large
+# enough for batched generation.
+ROUND = 256
+
+
+def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scorer: Scorer, *, k: int,
+                  budget: int, at: float, seed: int, strength: float = 2.0, once: bool = True,
+                  saved: Path | None = None) -> list[Group]:
+    """Groups of ``k`` sampled answers, ``ROUND`` prompts a round chosen by learnability, until
+    ``budget`` answers are generated (or every prompt is sampled, with ``once``). ``params``: the
+    target's sampling (temperature set). ``saved``: where the groups are kept once sampled (JSON
+    lines); a phase resumed after a kill reads them back instead of sampling again."""
+    if saved is not None and saved.exists():
+        return [_group_of(json.loads(line)) for line in saved.read_text().splitlines() if line.strip()]
+    rng = random.Random(seed)
+    posterior = PromptPosterior(strength)
+    seen: set[str] = set()
+    groups: list[Group] = []
+    answers, rnd = 0, 0
+    while answers + k <= budget:
+        chosen = pick(rows, posterior, min(ROUND, (budget - answers) // k), seen, rng)
+        if not chosen:
+            break
+        rnd += 1
+        got = _sample_round(player, replace(params, seed=seed + rnd), chosen, scorer, k, rnd)
+        for g in got:
+            posterior.update(g.row["prompt_id"], cell_of(g.row), len(g.passed(at)), len(g.scored))
+        if once:
+            seen |= {r["prompt_id"] for r in chosen}
+        groups += got
+        answers += k * len(chosen)
+        log.debug("own answers round %d: %d prompts, %d answers so far", rnd, len(chosen), answers)
+    if saved is not None:
+        atomic_write_text(saved, "".join(json.dumps(_json_of(g)) + "\n" for g in groups))
+    return groups
+
+
+def _sample_round(player: Player, params: SamplingParams, rows: list[dict], scorer: Scorer, k: int,
+                  rnd: int) -> list[Group]:
+    prompts = [Prompt(f"{r['prompt_id']}#{j}", r["prompt_text"], str(r.get("category") or ""),
+                      int(r.get("level") or 0), r.get("reference"), "train", history=r.get("history") or "")
+               for r in rows for j in range(k)]
+    gens = player.generate(prompts, params)
+    texts = [g.text if g.ok else "" for g in gens]
+    columns = {c: [r.get(c) for r in rows for _ in range(k)] for c in rows[0] if c != "prompt"}
+    try:
+        scored = scorer([p.text for p in prompts], texts, columns)
+        if len(scored) != len(texts):
+            raise ValueError(f"the reward returned {len(scored)} scores for {len(texts)} answers")
+    except Exception as e:  # noqa: BLE001 - a failed reward call leaves its answers out, recorded
+        scored = [(None, f"reward failed: {e!r}"[:500])] * len(texts)
+    out = []
+    for i, r in enumerate(rows):
+        part = range(i * k, (i + 1) * k)
+        rewards = tuple(None if not gens[j].ok else finite(scored[j][0]) for j in part)
+        errors = tuple(gens[j].error if not gens[j].ok else scored[j][1] for j in part)
+        out.append(Group(r, tuple(texts[j] for j in part), rewards, errors, rnd))
+    return out
+
+
+def _json_of(g: Group) -> dict:
+    return {"row": g.row, "answers": list(g.answers), "rewards": list(g.rewards), "errors": list(g.errors),
+            "round": g.round}
+
+
+def _group_of(d: dict) -> Group:
+    return Group(d["row"], tuple(d["answers"]), tuple(d["rewards"]), tuple(d["errors"]), d["round"])

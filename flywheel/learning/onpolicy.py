@@ -1,0 +1,174 @@
+"""Learning from the target's own sampled answers: which prompts to sample (a Beta posterior of
+each prompt's pass rate, its cell's rate as the prior), which groups teach (a group whose answers
+all got one reward is flat: nothing to learn), and what each method trains on.
+
+- **expert iteration** (rejection-sampling fine-tuning, STaR, ReST-EM): the passed answers of the
+  groups that teach become SFT rows;
+- **on-policy DPO**: in a group that teaches, each passed answer is paired with a failed one, as
+  (chosen, rejected);
+- **GRPO / RLOO** train on the prompts whose groups taught (dynamic sampling: the flat ones are
+  replaced by others before any optimizer step sees them).
+
+Everything here is plain data; the sampling itself is the arena's (``flywheel.arena.own_answers``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Group:
+    """The ``answers`` the target sampled for one prompt (``row``: the RL prompt's dataset row,
+    with ``prompt_id``, ``category``, ``prompt``) and each answer's reward (None: failed, with its
+    ``errors``)."""
+
+    row: dict
+    answers: tuple[str, ...]
+    rewards: tuple[float | None, ...]
+    errors: tuple[str | None, ...] = ()
+    round: int = 0
+
+    @property
+    def scored(self) -> list[float]:
+        return [r for r in self.rewards if r is not None]
+
+    @property
+    def flat(self) -> bool:
+        """All scored answers got one reward (or fewer than two were scored): no answer beats another."""
+        return len(set(self.scored)) < 2
+
+    def passed(self, at: float) -> list[str]:
+        return [a for a, r in zip(self.answers, self.rewards) if r is not None and r >= at]
+
+    def failed(self, at: float) -> list[str]:
+        return [a for a, r in zip(self.answers, self.rewards) if r is not None and r < at]
+
+
+@dataclass
+class PromptPosterior:
+    """A Beta posterior of each prompt's pass rate. A prompt not yet sampled takes its cell's
+    (category x level) pooled pass rate as its prior mean, worth ``strength`` answers; before any
+    answer of the cell is seen, the prior is uniform. ``learnability`` is the posterior mean of
+    p(1-p), the variance of one answer's pass: highest where the target passes sometimes, which is
+    where a group's answers differ and something can be learnt."""
+
+    strength: float = 2.0
+    passes: dict[str, float] = field(default_factory=dict)
+    tries: dict[str, float] = field(default_factory=dict)
+    cell_passes: dict[str, float] = field(default_factory=dict)
+    cell_tries: dict[str, float] = field(default_factory=dict)
+
+    def update(self, prompt_id: str, cell: str, passes: float, tries: float) -> None:
+        for table, key, x in ((self.passes, prompt_id, passes), (self.tries, prompt_id, tries),
+                              (self.cell_passes, cell, passes), (self.cell_tries, cell, tries)):
+            table[key] = table.get(key, 0.0) + x
+
+    def prior(self, cell: str) -> tuple[float, float]:
+        """The cell's Beta prior (alpha, beta): its pooled pass rate times ``strength``, smoothed by one
+        pass and one failure so that a cell seen only failing (or passing) keeps some mass."""
+        n, s = self.cell_tries.get(cell, 0.0), self.cell_passes.get(cell, 0.0)
+        mean = (s + 1.0) / (n + 2.0)
+        return self.strength * mean, self.strength * (1.0 - mean)
+
+    def beta(self, prompt_id: str, cell: str) -> tuple[float, float]:
+        a, b = self.prior(cell)
+        s, n = self.passes.get(prompt_id, 0.0), self.tries.get(prompt_id, 0.0)
+        return a + s, b + (n - s)
+
+    def mean(self, prompt_id: str, cell: str) -> float:
+        a, b = self.beta(prompt_id, cell)
+        return a / (a + b)
+
+    def learnability(self, prompt_id: str, cell: str) -> float:
+        """E[p(1-p)] under the posterior: ab / ((a+b)(a+b+1))."""
+        a, b = self.beta(prompt_id, cell)
+        return a * b / ((a + b) * (a + b + 1.0))
+
+
+def cell_of(row: dict) -> str:
+    return f"{row.get('category') or ''}/{row.get('level') if row.get('level') is not None else ''}"
+
+
+def pick(rows: list[dict], posterior: PromptPosterior, n: int, seen: set[str], rng) -> list[dict]:
+    """The ``n`` prompts not in ``seen`` with the highest learnability, ties broken at random
+    (``rng``: a ``random.Random``)."""
+    keyed = [(-posterior.learnability(r["prompt_id"], cell_of(r)), rng.random(), i)
+             for i, r in enumerate(rows) if r["prompt_id"] not in seen]
+    return [rows[i] for _, _, i in sorted(keyed)[:n]]
+
+
+def expert_rows(groups: Iterable[Group], at: float) -> list[dict]:
+    """Expert iteration's SFT rows: each distinct passed answer of every group that teaches (not
+    flat), as (prompt, completion)."""
+    out: list[dict] = []
+    for g in groups:
+        if g.flat:
+            continue
+        for a in dict.fromkeys(g.passed(at)):
+            out.append({**_row(g), "completion": a, "reward": max(r for r in g.scored)})
+    return out
+
+
+def preference_rows(groups: Iterable[Group], at: float) -> list[dict]:
+    """On-policy DPO pairs: in every group that teaches, each distinct passed answer with a distinct
+    failed one, in turn, as (prompt, chosen, rejected)."""
+    out: list[dict] = []
+    for g in groups:
+        if g.flat:
+            continue
+        good, bad = list(dict.fromkeys(g.passed(at))), list(dict.fromkeys(g.failed(at)))
+        for i in range(min(len(good), len(bad)) if good and bad else 0):
+            out.append({**_row(g), "chosen": good[i], "rejected": bad[i]})
+    return out
+
+
+def _row(g: Group) -> dict:
+    keep = ("prompt", "prompt_text", "prompt_id", "category", "history")
+    return {k: g.row[k] for k in keep if k in g.row}
+
+
+@dataclass(frozen=True)
+class SamplingSummary:
+    """What a phase's own-answer sampling found: answers generated and failed, groups and the
+    share of them flat (all passed, all failed, or one reward), and per category the mean pass rate
+    of one sampled answer, the share of prompts passed by at least one of the k (pass@k), and the
+    share of flat groups. ``answers`` counts every generated answer, the flat groups' too."""
+
+    answers: int
+    failed: int
+    groups: int
+    flat: float | None
+    all_passed: int
+    all_failed: int
+    by_category: dict[str, dict]
+
+    @staticmethod
+    def of(groups: list[Group], at: float) -> SamplingSummary:
+        cats: dict[str, list[Group]] = {}
+        for g in groups:
+            cats.setdefault(str(g.row.get("category") or ""), []).append(g)
+        answers = sum(len(g.answers) for g in groups)
+        failed = sum(r is None for g in groups for r in g.rewards)
+        return SamplingSummary(
+            answers, failed, len(groups), sum(g.flat for g in groups) / len(groups) if groups else None,
+            sum(bool(g.scored) and not g.failed(at) for g in groups), sum(bool(g.scored) and not g.passed(at) for g in groups),
+            {c: _cell_figures(gs, at) for c, gs in sorted(cats.items())})
+
+    def to_json(self) -> dict:
+        return {"answers": self.answers, "failed": self.failed, "groups": self.groups, "flat_groups": self.flat,
+                "all_passed": self.all_passed, "all_failed": self.all_failed, "by_category": self.by_category}
+
+
+def _cell_figures(groups: list[Group], at: float) -> dict:
+    scored = [r for g in groups for r in g.scored]
+    return {"groups": len(groups),
+            "pass_rate": round(sum(r >= at for r in scored) / len(scored), 4) if scored else None,
+            "pass_at_k": round(sum(bool(g.passed(at)) for g in groups) / len(groups), 4),
+            "flat_groups": round(sum(g.flat for g in groups) / len(groups), 4)}
+
+
+def finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)

@@ -1,0 +1,255 @@
+"""Learning from the target's own answers: the learnability posterior, flat groups dropped, what
+expert iteration and on-policy DPO train on, each method taking a real step on a tiny model, a
+sampling phase resumed after a kill, and rewards that fail or cannot score refused."""
+
+import json
+import random
+
+import pytest
+from datasets import Dataset
+
+from flywheel.arena.own_answers import sample_groups
+from flywheel.ground.config import TrainConfig
+from flywheel.learning.onpolicy import (
+    Group,
+    PromptPosterior,
+    SamplingSummary,
+    expert_rows,
+    pick,
+    preference_rows,
+)
+from flywheel.learning.rl import RLPhase
+from flywheel.learning.training import TrainJob, train_version
+from flywheel.players.base import SamplingParams
+from flywheel.players.hf import TransformersPlayer
+from tests.test_training import changed
+
+
+def test_the_posterior_takes_its_cells_rate_as_prior_and_each_prompts_answers_after():
+    post = PromptPosterior(strength=2.0)
+    assert post.beta("p", "add/1") == (1.0, 1.0)  # nothing seen: uniform
+    post.update("p1", "add/1", passes=3, tries=4)  # the cell: 3 of 4 passed
+    a, b = post.prior("add/1")
+    assert (a, b) == pytest.approx((2 * 4 / 6, 2 * 2 / 6))  # (3+1)/(4+2), worth 2 answers
+    assert post.beta("p2", "add/1") == pytest.approx((a, b))  # an unseen prompt of the cell: the prior
+    assert post.beta("p1", "add/1") == pytest.approx((a + 3, b + 1))
+    assert post.mean("p1", "add/1") == pytest.approx((a + 3) / (a + b + 4))
+    # E[p(1-p)] = ab / ((a+b)(a+b+1)): a prompt passed always or never is less learnable than one passed sometimes
+    post.update("always", "rev/1", 8, 8)
+    post.update("never", "rev/1", 0, 8)
+    post.update("half", "rev/1", 4, 8)
+    assert post.learnability("half", "rev/1") > post.learnability("always", "rev/1")
+    assert post.learnability("half", "rev/1") > post.learnability("never", "rev/1")
+    x, y = post.beta("half", "rev/1")
+    assert post.learnability("half", "rev/1") == pytest.approx(x * y / ((x + y) * (x + y + 1)))
+
+
+def test_the_most_learnable_prompts_are_picked_first():
+    post = PromptPosterior()
+    post.update("solved", "add/1", 8, 8)
+    post.update("hopeless", "mul/3", 0, 8)
+    rows = [{"prompt_id": p, "category": c.split("/")[0], "level": int(c.split("/")[1])}
+            for p, c in (("solved", "add/1"), ("hopeless", "mul/3"), ("new-add", "add/1"), ("new-mul", "mul/3"),
+                         ("new-sub", "sub/2"))]
+    got = [r["prompt_id"] for r in pick(rows, post, 3, {"new-sub"}, random.Random(0))]
+    # sub is seen; among the rest, fresh prompts of seen cells follow their cell, the sampled ones know more
+    assert "new-sub" not in got and len(got) == 3
+    assert got[-1] in ("solved", "hopeless")
+
+
+def group(pid, rewards, answers=None):
+    return Group({"prompt_id": pid, "prompt_text": f"{pid}=", "category": "add"},
+                 tuple(answers or [f"a{i}" for i in range(len(rewards))]), tuple(rewards),
+                 tuple(None if r is not None else "down" for r in rewards))
+
+
+def test_flat_groups_teach_nothing_and_are_dropped():
+    flat = [group("all-right", [1.0] * 4), group("all-wrong", [0.0] * 4), group("one-scored", [1.0, None, None, None])]
+    mixed = group("mixed", [1.0, 0.0, 1.0, 0.0], ["42", "41", "42", "40"])
+    assert all(g.flat for g in flat) and not mixed.flat
+    assert expert_rows([*flat, mixed], 1.0) == [{"prompt_id": "mixed", "prompt_text": "mixed=", "category": "add",
+                                                 "completion": "42", "reward": 1.0}]  # distinct passed answers
+    pairs = preference_rows([*flat, mixed], 1.0)
+    assert [(p["chosen"], p["rejected"]) for p in pairs] == [("42", "41")]  # one distinct passed answer: one pair
+    s = SamplingSummary.of([*flat, mixed], 1.0)
+    assert (s.answers, s.failed, s.groups, s.flat, s.all_passed, s.all_failed) == (16, 3, 4, 0.75, 2, 1)
+    assert s.by_category["add"]["pass_at_k"] == 0.75 and s.by_category["add"]["flat_groups"] == 0.75
+
+
+class Scripted:
+    """A player whose k answers to a prompt are scripted: prompt i's answers pass ``rates[i]`` of the time."""
+
+    name = "scripted"
+
+    def __init__(self):
+        self.asked = []
+
+    def generate(self, prompts, params):
+        from flywheel.ground.records import Generation
+
+        self.asked += [p.id for p in prompts]
+        return [Generation(self.name, p.id, "right" if int(p.id.split("#")[1]) < int(p.id[1]) else "wrong")
+                for p in prompts]
+
+
+def right(prompts, completions, columns):
+    return [(1.0 if c == "right" else 0.0, None) for c in completions]
+
+
+def test_sampling_drops_nothing_but_counts_the_flat_groups_and_keeps_them_on_disk(tmp_path):
+    # p0: 0 of 4 right, p2: 2 of 4, p4: all 4
+    rows = [{"prompt_id": f"p{i}", "prompt_text": f"p{i}=", "category": "add", "level": 1, "reference": "right"}
+            for i in (0, 2, 4)]
+    player = Scripted()
+    groups = sample_groups(player, SamplingParams(temperature=1.0), rows, right, k=4, budget=100, at=1.0, seed=0,
+                           saved=tmp_path / "own.jsonl")
+    assert sorted(g.row["prompt_id"] for g in groups) == ["p0", "p2", "p4"] and len(player.asked) == 12
+    assert [g.row["prompt_id"] for g in groups if not g.flat] == ["p2"]
+    again = sample_groups(Scripted(), SamplingParams(temperature=1.0), rows, right, k=4, budget=100, at=1.0, seed=0,
+                          saved=tmp_path / "own.jsonl")
+    assert again == groups  # a resumed phase reads its groups back, sampling nothing
+    budgeted = sample_groups(Scripted(), SamplingParams(temperature=1.0), rows, right, k=4, budget=8, at=1.0, seed=0)
+    assert len(budgeted) == 2  # the answer budget: 2 groups of 4
+
+
+def test_a_reward_that_raises_leaves_every_answer_unscored():
+    def broken(prompts, completions, columns):
+        raise ConnectionError("judge down")
+
+    rows = [{"prompt_id": "p2", "prompt_text": "p2=", "category": "add", "level": 1}]
+    (g,) = sample_groups(Scripted(), SamplingParams(temperature=1.0), rows, broken, k=4, budget=4, at=1.0, seed=0)
+    assert g.rewards == (None,) * 4 and "judge down" in g.errors[0] and g.flat
+
+
+PROMPTS = Dataset.from_dict({"prompt": ["12+3=", "4*2="] * 2, "prompt_text": ["12+3=", "4*2="] * 2,
+                             "reference": ["15", "8"] * 2, "prompt_id": ["p0", "p1", "p2", "p3"],
+                             "category": ["add", "mul"] * 2, "level": [1, 1, 1, 1]})
+
+
+@pytest.mark.parametrize("method,rows", [
+    ("sft", {"prompt": ["12+3=", "4*2="], "completion": ["15", "8"]}),  # expert iteration trains these as SFT
+    ("dpo", {"prompt": ["12+3=", "4*2="], "chosen": ["15", "8"], "rejected": ["16", "9"]}),  # on-policy DPO
+])
+def test_the_rows_of_own_answers_take_a_real_step(tiny_models_dir, tmp_path, method, rows):
+    data = Dataset.from_dict(rows)
+    cfg = TrainConfig(method=method, batch_size=2, checkpoint_steps=0)
+    res = train_version(TrainJob(str(tiny_models_dir / "student"), tmp_path / "v1", 2, 0, method=method), cfg,
+                        data if method == "sft" else None, data if method == "dpo" else None)
+    assert res.steps == 2 and changed(tiny_models_dir / "student", tmp_path / "v1")
+
+
+def digits(prompts, completions, columns):
+    return [(sum(ch.isdigit() for ch in c) / max(1, len(c)), None) for c in completions]
+
+
+def test_a_real_rloo_phase_changes_the_weights(tiny_models_dir, tmp_path):
+    cfg = TrainConfig(method="rloo", batch_size=4, checkpoint_steps=0, rl={"generations": 2})
+    phase = RLPhase(PROMPTS, digits, tmp_path / "rollouts.jsonl", 6)
+    res = train_version(TrainJob(str(tiny_models_dir / "student"), tmp_path / "v1", 2, 0, method="rloo"), cfg, rl=phase)
+    assert res.steps == 2 and len(res.rollouts) == 8
+    assert changed(tiny_models_dir / "student", tmp_path / "v1")
+
+
+def test_a_tiny_model_samples_k_different_answers_per_prompt(tiny_models_dir):
+    player = TransformersPlayer("student", str(tiny_models_dir / "student"), device="cpu", dtype="float32")
+    rows = [{"prompt_id": f"p{i}", "prompt_text": f"{i}+{i}=", "category": "add", "level": 1, "reference": str(2 * i)}
+            for i in range(4)]
+    groups = sample_groups(player, SamplingParams(max_new_tokens=6, temperature=1.0), rows, digits, k=8, budget=32,
+                           at=1.0, seed=0)
+    assert len(groups) == 4 and all(len(g.answers) == 8 for g in groups)
+    assert any(len(set(g.answers)) > 1 for g in groups)  # sampled, not greedy
+    json.dumps([g.row for g in groups])  # what is kept on disk is plain JSON
+    # A phase killed while sampling (before its groups are kept) samples them again: the same groups,
+    # round by round, from the run's seed.
+    again = sample_groups(player, SamplingParams(max_new_tokens=6, temperature=1.0), rows, digits, k=8, budget=32,
+                          at=1.0, seed=0)
+    assert again == groups
+
+
+def run_stages(tiny_models_dir, tmp_path, name, **over):
+    """A tiny run's stages in this process, without a Prefect server (the flow's own tests run it
+    through Prefect): the run directory."""
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.stages.context import close_run, open_run
+    from flywheel.stages.iteration import run_to
+    from tests.conftest import tiny_tree
+
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name=name, **over))
+    ctx = open_run(cfg)
+    try:
+        run_to(ctx, cfg.run.iterations)
+    finally:
+        close_run(ctx)
+    return tmp_path / name
+
+
+def has_digit(prompts, completions, **columns):
+    """A reward a tiny model's sampled answers differ on: 1 where the answer holds a digit."""
+    return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]
+
+
+def never(prompts, completions, **columns):
+    """A reward that cannot be given, ever (an unreachable judge)."""
+    return [None] * len(completions)
+
+
+def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny_models_dir, tmp_path):
+    """train.method sft+expert: the iteration samples the target's own answers to its bandit's
+    prompts, keeps them as its rollouts, and trains one SFT phase on the curated rows and the passed
+    answers of the groups that teach."""
+    from flywheel.learning.curation import load_dataset_dir
+
+    run = run_stages(tiny_models_dir, tmp_path, "expert", run__iterations=1, train__method="sft+expert",
+                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:has_digit"})
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    sampled = trained["sampling"]
+    own = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    assert len(own) == sampled["answers"] > 0 and {r["step"] for r in own} == {0}
+    assert all(r["reward"] == (1.0 if any(ch.isdigit() for ch in r["completion"]) else 0.0) for r in own)
+    groups = {}
+    for r in own:
+        groups.setdefault(r["prompt_id"], []).append(r)
+    teach = {p: g for p, g in groups.items() if len({r["reward"] for r in g}) > 1}
+    assert sampled["groups"] == len(groups) and sampled["flat_groups"] == pytest.approx(1 - len(teach) / len(groups))
+    passed = {(p, r["completion"]) for p, g in teach.items() for r in g if r["reward"] == 1.0}
+    curated = len(load_dataset_dir(run / "iter-0001" / "sft"))
+    assert passed and trained["examples"] == curated + len(passed)
+    assert changed(tiny_models_dir / "student", run / "models" / "student@1")
+
+
+def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(tiny_models_dir, tmp_path):
+    from flywheel.learning.rl import RewardsFailed
+
+    with pytest.raises(RewardsFailed, match=r"100% of target student's rewards failed \(over train.rl.max_failed 50%"):
+        run_stages(tiny_models_dir, tmp_path, "never", run__iterations=1, train__method="expert",
+                 train__rl={"generations": 4, "reward": "tests.test_onpolicy:never"})
+    assert not (tmp_path / "never" / "models" / "student@1").exists()
+    assert not (tmp_path / "never" / "iter-0001" / "stages" / "train.json").exists()
+
+
+def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(tiny_models_dir, tmp_path):
+    """train.rl.dynamic_sampling (the default): the answers sampled before the phase are its rollouts'
+    step 0; the trainer's steps learn only on the prompts whose sampled answers got more than one reward."""
+    from flywheel.learning.curation import load_dataset_dir
+
+    run = run_stages(tiny_models_dir, tmp_path, "ds", run__iterations=1, train__method="grpo",
+                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:has_digit"})
+    rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    sampled = [r for r in rows if r["step"] == 0]
+    rewards = {}
+    for r in sampled:
+        rewards.setdefault(r["prompt_id"], set()).add(r["reward"])
+    teach = {p for p, got in rewards.items() if len(got) > 1}
+    trained = [r for r in rows if r["step"] > 0]
+    assert teach and trained and {r["prompt_id"] for r in trained} <= teach
+    stage = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    assert stage["sampling"]["answers"] == len(sampled) and stage["rewards"]["scored"] == len(trained)
+
+
+def test_learning_on_every_train_prompt_needs_a_reward_that_reads_the_prompt_alone():
+    from flywheel.ground.config import FlywheelConfig
+
+    FlywheelConfig(train={"method": "sft+expert", "rl": {"prompts": "train"}})  # the verifier: fine
+    with pytest.raises(ValueError, match="train.rl.prompts train: the judge reward compares an answer with the "
+                                         "battles' baseline answer"):
+        FlywheelConfig(train={"method": "sft+expert", "rl": {"prompts": "train", "reward": "judge"}})
