@@ -214,7 +214,9 @@ def test_sft_then_a_reward_model_then_grpo_on_its_rewards(tiny_models_dir, tmp_p
     assert (run / "reward-models" / "student@2" / "README.md").exists()
     assert changed(run / "models" / "student@1", run / "models" / "student@2") == []  # carried forward
     assert not (run / "iter-0001" / "rollouts").exists() and not (run / "iter-0003" / "rollouts-log").exists()
-    data = load_dataset_dir(run / "iter-0003" / "rollouts")
+    everything = load_dataset_dir(run / "iter-0003" / "rollouts")
+    data = everything.filter(lambda r: r["step"] > 0)  # the trainer's; step 0: sampled before (dynamic sampling)
+    assert len(everything) - len(data) == stages[3]["sampling"]["answers"]
     assert len(data) == 4 * 8 and set(data["target"]) == {"student"} and set(data["iteration"]) == {3}
     assert None not in data["reward"] and len(set(data["reward"])) > 4  # a reward model's scores, not 0/1
     assert stages[3]["rewards"]["scored"] == 32 and stages[3]["rewards"]["failed"] == 0
