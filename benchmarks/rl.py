@@ -114,6 +114,10 @@ def guess_by_category(overrides: list[str]) -> dict[str, float]:
 LEARNABLE_MARGIN = 0.05
 
 
+def share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def own_answers(summary: dict, target: str, steps: int) -> str:
     """The last iteration's learning from the target's own answers: the share of flat groups among
     those sampled before training and among a GRPO/RLOO trainer's, and the answers generated per
@@ -125,9 +129,9 @@ def own_answers(summary: dict, target: str, steps: int) -> str:
         return ""
     parts = []
     if sampled:
-        parts.append(f"sampled {sampled['answers']} answers, flat groups {sampled['flat_groups']:.2f}")
+        parts.append(f"sampled {sampled['answers']} answers, flat groups {share(sampled['flat_groups'])}")
     if rewards:
-        parts.append(f"trainer's flat groups {rewards['flat_groups']:.2f}")
+        parts.append(f"trainer's flat groups {share(rewards['flat_groups'])}")
     answers = sampled.get("answers", 0) + rewards.get("scored", 0) + rewards.get("failed", 0)
     return "; " + ", ".join(parts) + f", {answers} answers generated, {answers / max(steps, 1):.1f} per optimizer step"
 

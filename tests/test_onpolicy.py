@@ -112,6 +112,24 @@ def test_sampling_drops_nothing_but_counts_the_flat_groups_and_keeps_them_on_dis
     assert len(budgeted) == 2  # the answer budget: 2 groups of 4
 
 
+class SeedEcho:
+    """A server that answers with the seed of its request, as a seeded vLLM or API server samples."""
+
+    name = "echo"
+
+    def generate(self, prompts, params):
+        from flywheel.ground.records import Generation
+
+        return [Generation(self.name, p.id, f"seed {params.seed}") for p in prompts]
+
+
+def test_each_of_a_prompts_answers_is_asked_with_its_own_seed():
+    rows = [{"prompt_id": f"p{i}", "prompt_text": f"p{i}=", "category": "add", "level": 1} for i in range(3)]
+    groups = sample_groups(SeedEcho(), SamplingParams(temperature=1.0), rows, right, k=4, budget=12, at=1.0, seed=5)
+    assert all(len(set(g.answers)) == 4 for g in groups)  # one seed for the k copies would give k equal answers
+    assert groups[0].answers == groups[1].answers  # the j-th answers of a round share the j-th seed
+
+
 def test_a_reward_that_raises_leaves_every_answer_unscored():
     def broken(prompts, completions, columns):
         raise ConnectionError("judge down")
@@ -224,6 +242,8 @@ def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(ti
         run_stages(tiny_models_dir, tmp_path, "never", run__iterations=1, train__method="expert",
                  train__rl={"generations": 4, "reward": "tests.test_onpolicy:never"})
     assert not (tmp_path / "never" / "models" / "student@1").exists()
+    # the failed groups are not kept: a run resumed once the reward is fixed samples and scores them again
+    assert not list((tmp_path / "never").glob("iter-0001/train-state/*/own-answers.jsonl"))
     assert not (tmp_path / "never" / "iter-0001" / "stages" / "train.json").exists()
 
 

@@ -26,6 +26,7 @@ log = logging.getLogger("flywheel")
 # Prompts sampled per round (k answers each): small enough that the posterior steers, large
 # enough for batched generation.
 ROUND = 256
+COPY_SEED = 100_003  # the seed of a prompt's j-th answer: the round's seed + COPY_SEED * j
 
 
 def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scorer: Scorer, *, k: int,
@@ -65,7 +66,10 @@ def _sample_round(player: Player, params: SamplingParams, rows: list[dict], scor
     prompts = [Prompt(f"{r['prompt_id']}#{j}", r["prompt_text"], str(r.get("category") or ""),
                       int(r.get("level") or 0), r.get("reference"), "train", history=r.get("history") or "")
                for r in rows for j in range(k)]
-    gens = player.generate(prompts, params)
+    # The j-th answer of every prompt comes from its own call and seed: a server seeds each request
+    # (vLLM, an OpenAI-compatible API), and one seed for all k copies would give k equal answers.
+    by_copy = {j: player.generate(prompts[j::k], replace(params, seed=params.seed + COPY_SEED * j)) for j in range(k)}
+    gens = [by_copy[j][i] for i in range(len(rows)) for j in range(k)]
     texts = [g.text if g.ok else "" for g in gens]
     columns = {c: [r.get(c) for r in rows for _ in range(k)] for c in rows[0] if c != "prompt"}
     try:

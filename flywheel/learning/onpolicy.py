@@ -51,7 +51,7 @@ class Group:
 class PromptPosterior:
     """A Beta posterior of each prompt's pass rate. A prompt not yet sampled takes its cell's
     (category x level) pooled pass rate as its prior mean, worth ``strength`` answers; before any
-    answer of the cell is seen, the prior is uniform. ``learnability`` is the posterior mean of
+    answer of the cell is seen, the prior mean is 1/2 (Beta(1, 1) at the default strength 2). ``learnability`` is the posterior mean of
     p(1-p), the variance of one answer's pass: highest where the target passes sometimes, which is
     where a group's answers differ and something can be learnt."""
 

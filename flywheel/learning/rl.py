@@ -215,6 +215,11 @@ def grpo_args(base: dict, rl, phase: RLPhase, hw_cuda: bool, config: type | None
     import dataclasses
 
     known = {f.name for f in dataclasses.fields(config)}
+    if dropped := sorted(set(rl.args) - known):
+        import logging
+
+        logging.getLogger("flywheel").warning("train.rl.args %s: not fields of trl.%s, left out", dropped,
+                                              config.__name__)
     return {k: v for k, v in {**args, **rl.args}.items() if k in known}
 
 
@@ -234,7 +239,10 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl, method: str =
              "turn": pa.int64()}
     schema = pa.schema([(c, types.get(c, pa.string())) for c in ROLLOUT_COLUMNS])
     table = pa.Table.from_pylist([{c: r.get(c) for c in ROLLOUT_COLUMNS} for r in rows], schema=schema)
-    summary = RewardSummary.of(rows)
+    trained, before = [r for r in rows if r["step"] > 0], [r for r in rows if r["step"] <= 0]
+    summary = RewardSummary.of(trained or before)
+    ahead = RewardSummary.of(before)
+    whose = "the trainer's answers (step 1 on)" if trained else "the answers sampled before training"
     card = (
         "---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n"
         f"- {method.removeprefix('sft+').replace('_', '-')}\n- rollouts\n- flywheel\n"
@@ -242,9 +250,11 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl, method: str =
         f"# {ROLLOUTS_OF.get(method.removeprefix('sft+'), 'Rollouts')}, iteration {iteration}\n\n"
         f"- rows: {len(rows)} (one per sampled answer; {rl.generations} answers per prompt make a group)\n"
         f"- reward: {rl.reward}; failed rewards (null, left out of training): {summary.failed}\n"
-        f"- mean reward: {summary.mean}; share of groups with one reward for all (nothing to learn): "
+        f"- {whose}: mean reward {summary.mean}; share of groups with one reward for all (nothing to learn): "
         f"{summary.flat_groups}\n"
-        "- advantage: (reward - the group's mean) / (the group's standard deviation + 1e-4), 0 where the "
+        + (f"- sampled before training (step 0, dynamic sampling): {len(before)} answers, mean reward {ahead.mean}, "
+           f"flat groups {ahead.flat_groups}\n" if trained and before else "")
+        + "- advantage: (reward - the group's mean) / (the group's standard deviation + 1e-4), 0 where the "
         "reward failed\n- step: the optimizer step that sampled the answer (0: sampled before training, "
         "by the learnability posterior's rounds)\n"
         "- turn: the user turn answered (1: the task; 2 and on: a conversation's later turn, after the "

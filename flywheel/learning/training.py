@@ -15,6 +15,7 @@ from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
 from flywheel.ground.config import TrainConfig
 from flywheel.learning.rl import (
     RecordedReward,
+    RewardsFailed,
     RewardSummary,
     RLPhase,
     RolloutLog,
@@ -216,7 +217,7 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
         model = get_peft_model(model, _peft_config(cfg.model_copy(update={"lora": True})))
     method = job.method or cfg.method
     plan: list = []
-    if method in ("sft", "sft+dpo", "sft+grpo") and sft_data is not None and len(sft_data):
+    if method in ("sft", "sft+dpo", "sft+grpo", "sft+rloo") and sft_data is not None and len(sft_data):
         plan.append(("sft", sft_data))
     if method in ("dpo", "sft+dpo") and dpo_data is not None and len(dpo_data):
         plan.append(("dpo", dpo_data))
@@ -290,7 +291,13 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                 positions.remove()
                 rollouts = with_advantages([r for r in record.read() if r["step"] > 0])  # not those sampled before
                 log.info("%s %s: rewards %s", kind, out.name, RewardSummary.of(rollouts).to_json())
-                check_rewards(cfg.rl, out.name, [r["reward"] for r in rollouts], [r["error"] for r in rollouts])
+                try:
+                    check_rewards(cfg.rl, out.name, [r["reward"] for r in rollouts], [r["error"] for r in rollouts])
+                except RewardsFailed:  # resumed once the reward is fixed, the phase trains again from its start
+                    if keep:
+                        shutil.rmtree(scratch, ignore_errors=True)
+                    record.rewrite([r for r in record.read() if r["step"] <= 0])
+                    raise
             examples += len(data)
             # Without keep_adapter, LoRA adapters are merged: the version is a plain checkpoint.
             model = trainer.model.merge_and_unload() if (cfg.lora and not wrapped) else trainer.model

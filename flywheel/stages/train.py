@@ -16,7 +16,9 @@ from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
-from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog, check_rewards, save_rollouts, with_advantages
+from flywheel.learning.rl import (
+    RewardsFailed, RewardSummary, RLPhase, RolloutLog, check_rewards, save_rollouts, with_advantages,
+)
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
@@ -49,8 +51,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     rl = rl_phase(ctx, k, t) if method in RL_METHODS else None
     made = train_reward(ctx, k, t, steps, tc) if method == "reward" else None
     sampled = None
-    if rl is not None and (method not in ONLINE_METHODS or tc.rl.dynamic_sampling):
-        groups = own_groups(ctx, k, t, rl, steps // (2 if method.startswith("sft+") else 1), tc)
+    if rl is not None and samples_first(tc, method):
+        groups = own_groups(ctx, k, t, rl, answer_steps(method, steps), tc)
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
         rl, sft, dpo, method = from_own_answers(ctx, k, t, groups, rl, sft, method)
@@ -77,6 +79,18 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
                           sampled)
 
 
+def samples_first(tc, method: str) -> bool:
+    """Whether an iteration of ``method`` samples the target's own answers before it trains:
+    expert iteration and on-policy DPO always, GRPO and RLOO with dynamic sampling."""
+    return method in RL_METHODS and (method not in ONLINE_METHODS or tc.rl.dynamic_sampling)
+
+
+def answer_steps(method: str, steps: int) -> int:
+    """The optimizer steps whose answers the sampling budget matches by default: the iteration's,
+    half of them after ``sft+`` (the phase's share; ``sft+expert`` too, one phase though it is)."""
+    return steps // (2 if method.startswith("sft+") else 1)
+
+
 def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> list[Group]:
     """Target ``t``'s own answers to its RL prompts, ``train.rl.generations`` a prompt, sampled in
     rounds that pick the prompts of highest learnability (``flywheel.arena.own_answers``), up to
@@ -87,14 +101,20 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
     from flywheel.arena.own_answers import sample_groups
 
     version = ctx.current_version(t, k)
-    params = replace(ctx.roster.params(version), temperature=tc.rl.temperature)
+    params = replace(ctx.roster.params(version), temperature=tc.rl.temperature, max_new_tokens=rl.max_completion_length)
     state = ctx.store.train_state_dir(k, t)
     state.mkdir(parents=True, exist_ok=True)
+    saved = state / "own-answers.jsonl"
     groups = sample_groups(ctx.roster.player(version), params, list(rl.prompts), rl.scorer, k=tc.rl.generations,
                            budget=tc.rl.answers or max(steps, 1) * tc.batch_size, at=tc.rl.pass_reward,
-                           seed=ctx.cfg.run.seed + 7919 * k, strength=tc.rl.prior_strength,
-                           saved=state / "own-answers.jsonl")
-    check_rewards(tc.rl, t, [r for g in groups for r in g.rewards], [e for g in groups for e in g.errors])
+                           seed=ctx.cfg.run.seed + 7919 * k, strength=tc.rl.prior_strength, saved=saved)
+    try:
+        check_rewards(tc.rl, t, [r for g in groups for r in g.rewards], [e for g in groups for e in g.errors])
+    except RewardsFailed:
+        saved.unlink(missing_ok=True)  # a run resumed once the reward is fixed samples and scores them again
+        raise
+    if not is_main_process():  # under accelerate every rank reads the same groups; one publishes them
+        return groups
     # Published with the rollouts as step 0; a trainer's steps (GRPO, RLOO) follow, and those a
     # resumed phase kept from before its kill stay.
     log_ = RolloutLog(ctx.store.rollout_log(k, t))
@@ -123,6 +143,11 @@ def from_own_answers(ctx: Context, k: int, t: str, groups: list[Group], rl: RLPh
                     "has nothing of its own answers to learn from", t, len(groups), method)
     if method in ONLINE_METHODS:
         teach = {g.row["prompt_id"] for g in groups if not g.flat}
+        batch = ctx.cfg.train.batch_size // ctx.cfg.train.rl.generations
+        if len(teach) < batch:  # the trainer would drop a batch short of whole groups and take no step
+            log.warning("%s: dynamic sampling left %d prompts whose answers differ, fewer than one batch's %d: "
+                        "its %s phase learns on every prompt", t, len(teach), batch, method)
+            return rl, sft, None, method
         return replace(rl, prompts=rl.prompts.filter(lambda r: r["prompt_id"] in teach, keep_in_memory=True)), sft, \
             None, method
     if method in ("expert", "sft+expert"):
@@ -352,6 +377,10 @@ def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
 
+    method = ctx.cfg.train.method_of(k)
+    if samples_first(ctx.cfg.train, method):  # sampled once here; every rank reads the same groups
+        own_groups(ctx, k, t, rl_phase(ctx, k, t), answer_steps(method, steps), ctx.cfg.train)
+        ctx.roster.pool.release()  # the sampling player leaves the devices to the training processes
     hw = Hardware.detect()
     mixed = {"bf16": "bf16", "fp16": "fp16"}.get(precision(ctx.cfg.train, hw), "no")
     cmd = [accelerate, "launch", "--num_processes", str(ctx.cfg.train.num_processes), "--num_machines", "1",
