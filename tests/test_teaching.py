@@ -69,9 +69,9 @@ def test_a_chat_model_reads_the_example_through_its_chat_template(tmp_path):
     """SmolLM2's template renders the example as a user turn and an assistant turn before the question."""
     from pathlib import Path
 
-    smol = Path("/work/main/data/models/smollm2")
+    smol = Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2"  # this checkout's
     if not (smol / "tokenizer_config.json").exists():
-        pytest.skip("SmolLM2 is not converted here (flywheel models add smollm2)")
+        pytest.skip(f"SmolLM2 is not converted in this checkout ({smol}: flywheel models add smollm2)")
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(smol)
