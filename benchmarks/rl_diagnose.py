@@ -143,6 +143,7 @@ def main() -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
 
+    from flywheel.ground.checkpoints import load_checkpoint
     from flywheel.ground.config_io import load_config
     from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog
     from flywheel.learning.training import TrainJob, train_version
@@ -195,18 +196,12 @@ def main() -> None:
         phase = RLPhase(Dataset.from_list(rows), scorer, log, probe.max_new)
         train_version(TrainJob(args.model, Path(tmp) / "out", args.steps, args.seed, method=args.method),
                       cfg.train.model_copy(update={"checkpoint_steps": 0}), rl=phase, callbacks=(Curve(),))
-        end = probe.cells(load_model(Path(tmp) / "out"))
+        end = probe.cells(load_checkpoint(str(Path(tmp) / "out")))
     print("\nat the end (validation): cell, greedy pass@1, sampled pass rate, pass@k, flat groups")
     for c, v in end.items():
         h = headroom[c]
         print(f"  {c:<8} {v['greedy']:.3f} ({v['greedy'] - h['greedy']:+.3f})  {v['sampled']:.3f} "
               f"({v['sampled'] - h['sampled']:+.3f})  {v['pass_at_k']:.3f}  {v['flat']:.3f}")
-
-
-def load_model(path: Path):
-    from flywheel.ground.checkpoints import load_checkpoint
-
-    return load_checkpoint(str(path))
 
 
 if __name__ == "__main__":

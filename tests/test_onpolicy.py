@@ -33,7 +33,6 @@ def test_the_posterior_takes_its_cells_rate_as_prior_and_each_prompts_answers_af
     assert (a, b) == pytest.approx((2 * 4 / 6, 2 * 2 / 6))  # (3+1)/(4+2), worth 2 answers
     assert post.beta("p2", "add/1") == pytest.approx((a, b))  # an unseen prompt of the cell: the prior
     assert post.beta("p1", "add/1") == pytest.approx((a + 3, b + 1))
-    assert post.mean("p1", "add/1") == pytest.approx((a + 3) / (a + b + 4))
     # E[p(1-p)] = ab / ((a+b)(a+b+1)): a prompt passed always or never is less learnable than one passed sometimes
     post.update("always", "rev/1", 8, 8)
     post.update("never", "rev/1", 0, 8)
@@ -67,8 +66,8 @@ def test_flat_groups_teach_nothing_and_are_dropped():
     flat = [group("all-right", [1.0] * 4), group("all-wrong", [0.0] * 4), group("one-scored", [1.0, None, None, None])]
     mixed = group("mixed", [1.0, 0.0, 1.0, 0.0], ["42", "41", "42", "40"])
     assert all(g.flat for g in flat) and not mixed.flat
-    assert expert_rows([*flat, mixed], 1.0) == [{"prompt_id": "mixed", "prompt_text": "mixed=", "category": "add",
-                                                 "completion": "42", "reward": 1.0}]  # distinct passed answers
+    # distinct passed answers, as the target was asked
+    assert expert_rows([*flat, mixed], 1.0) == [{"prompt": "mixed=", "history": "", "completion": "42"}]
     pairs = preference_rows([*flat, mixed], 1.0)
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [("42", "41")]  # one distinct passed answer: one pair
     s = SamplingSummary.of([*flat, mixed], 1.0)
@@ -206,11 +205,6 @@ def has_digit(prompts, completions, **columns):
     return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]
 
 
-def never(prompts, completions, **columns):
-    """A reward that cannot be given, ever (an unreachable judge)."""
-    return [None] * len(completions)
-
-
 def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny_models_dir, tmp_path):
     """train.method sft+expert: the iteration samples the target's own answers to its bandit's
     prompts, keeps them as its rollouts, and trains one SFT phase on the curated rows and the passed
@@ -235,16 +229,37 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     assert changed(tiny_models_dir / "student", run / "models" / "student@1")
 
 
-def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(tiny_models_dir, tmp_path):
-    from flywheel.learning.rl import RewardsFailed
+def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(tiny_models_dir, tmp_path, cli_env):
+    """`flywheel run` with a user's reward module that never gives a reward: one error line, exit 1,
+    no version made from the phase, and its groups not kept (a run resumed once the reward is fixed
+    samples and scores them again)."""
+    import subprocess
+    import sys
 
-    with pytest.raises(RewardsFailed, match=r"100% of target student's rewards failed \(over train.rl.max_failed 50%"):
-        run_stages(tiny_models_dir, tmp_path, "never", run__iterations=1, train__method="expert",
-                 train__rl={"generations": 4, "reward": "tests.test_onpolicy:never"})
-    assert not (tmp_path / "never" / "models" / "student@1").exists()
-    # the failed groups are not kept: a run resumed once the reward is fixed samples and scores them again
-    assert not list((tmp_path / "never").glob("iter-0001/train-state/*/own-answers.jsonl"))
-    assert not (tmp_path / "never" / "iter-0001" / "stages" / "train.json").exists()
+    import yaml
+
+    from tests.conftest import tiny_tree
+
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "my_rewards.py").write_text("def never(prompts, completions, **columns):\n"
+                                                     "    return [None] * len(completions)\n")
+    recipe = tmp_path / "never.yaml"
+    recipe.write_text(yaml.safe_dump(tiny_tree(tiny_models_dir, tmp_path, run__name="never", run__iterations=1,
+                                               train__method="expert",
+                                               train__rl={"generations": 4, "reward": "my_rewards:never"})))
+    env = {**cli_env, "PYTHONPATH": str(tmp_path / "user")}
+    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(recipe)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and errors == [
+        "error: train.rl.reward my_rewards:never: 100% of target student's rewards failed (over train.rl.max_failed "
+        "50%; the first: my_rewards:never gave no number: None); no version was made: fix the reward, then resume "
+        "the run"], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    run = tmp_path / "never"
+    assert (run / "config.yaml").exists() and not (run / "models" / "student@1").exists()
+    assert not list(run.glob("iter-0001/train-state/*/own-answers.jsonl"))
+    assert not (run / "iter-0001" / "stages" / "train.json").exists()
 
 
 def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(tiny_models_dir, tmp_path):

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.records import Prompt
-from flywheel.learning.onpolicy import Group, PromptPosterior, cell_of, finite, pick
-from flywheel.learning.rl import Scorer
+from flywheel.learning.onpolicy import Group, PromptPosterior, cell_of, pick
+from flywheel.learning.rl import Scorer, finite, scored_safely
 from flywheel.players.base import Player, SamplingParams
 
 log = logging.getLogger("flywheel")
@@ -30,10 +30,10 @@ COPY_SEED = 100_003  # the seed of a prompt's j-th answer: the round's seed + CO
 
 
 def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scorer: Scorer, *, k: int,
-                  budget: int, at: float, seed: int, strength: float = 2.0, once: bool = True,
+                  budget: int, at: float, seed: int, strength: float = 2.0,
                   saved: Path | None = None) -> list[Group]:
-    """Groups of ``k`` sampled answers, ``ROUND`` prompts a round chosen by learnability, until
-    ``budget`` answers are generated (or every prompt is sampled, with ``once``). ``params``: the
+    """Groups of ``k`` sampled answers, ``ROUND`` prompts a round chosen by learnability (each prompt
+    once), until ``budget`` answers are generated or every prompt is sampled. ``params``: the
     target's sampling (temperature set). ``saved``: where the groups are kept once sampled (JSON
     lines); a phase resumed after a kill reads them back instead of sampling again."""
     if saved is not None and saved.exists():
@@ -51,8 +51,7 @@ def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scor
         got = _sample_round(player, replace(params, seed=seed + rnd), chosen, scorer, k, rnd)
         for g in got:
             posterior.update(g.row["prompt_id"], cell_of(g.row), len(g.passed(at)), len(g.scored))
-        if once:
-            seen |= {r["prompt_id"] for r in chosen}
+        seen |= {r["prompt_id"] for r in chosen}
         groups += got
         answers += k * len(chosen)
         log.debug("own answers round %d: %d prompts, %d answers so far", rnd, len(chosen), answers)
@@ -72,12 +71,7 @@ def _sample_round(player: Player, params: SamplingParams, rows: list[dict], scor
     gens = [by_copy[j][i] for i in range(len(rows)) for j in range(k)]
     texts = [g.text if g.ok else "" for g in gens]
     columns = {c: [r.get(c) for r in rows for _ in range(k)] for c in rows[0] if c != "prompt"}
-    try:
-        scored = scorer([p.text for p in prompts], texts, columns)
-        if len(scored) != len(texts):
-            raise ValueError(f"the reward returned {len(scored)} scores for {len(texts)} answers")
-    except Exception as e:  # noqa: BLE001 - a failed reward call leaves its answers out, recorded
-        scored = [(None, f"reward failed: {e!r}"[:500])] * len(texts)
+    scored = scored_safely(scorer, [p.text for p in prompts], texts, columns)
     out = []
     for i, r in enumerate(rows):
         part = range(i * k, (i + 1) * k)

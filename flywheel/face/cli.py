@@ -22,8 +22,8 @@ from flywheel.ground.atomic import atomic_write_text, read_json
 from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import ConfigError, dump_config, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
-from flywheel.maths.ratings import Rating
 from flywheel.learning.rl import RewardsFailed
+from flywheel.maths.ratings import Rating
 from judges.guard import JudgeGuardError
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can

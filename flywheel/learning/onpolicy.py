@@ -14,7 +14,6 @@ Everything here is plain data; the sampling itself is the arena's (``flywheel.ar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -51,9 +50,10 @@ class Group:
 class PromptPosterior:
     """A Beta posterior of each prompt's pass rate. A prompt not yet sampled takes its cell's
     (category x level) pooled pass rate as its prior mean, worth ``strength`` answers; before any
-    answer of the cell is seen, the prior mean is 1/2 (Beta(1, 1) at the default strength 2). ``learnability`` is the posterior mean of
-    p(1-p), the variance of one answer's pass: highest where the target passes sometimes, which is
-    where a group's answers differ and something can be learnt."""
+    answer of the cell is seen, the prior mean is 1/2 (Beta(1, 1) at the default strength 2).
+    ``learnability`` is the posterior mean of p(1-p), the variance of one answer's pass: highest
+    where the target passes sometimes, which is where a group's answers differ and something can
+    be learnt."""
 
     strength: float = 2.0
     passes: dict[str, float] = field(default_factory=dict)
@@ -78,10 +78,6 @@ class PromptPosterior:
         s, n = self.passes.get(prompt_id, 0.0), self.tries.get(prompt_id, 0.0)
         return a + s, b + (n - s)
 
-    def mean(self, prompt_id: str, cell: str) -> float:
-        a, b = self.beta(prompt_id, cell)
-        return a / (a + b)
-
     def learnability(self, prompt_id: str, cell: str) -> float:
         """E[p(1-p)] under the posterior: ab / ((a+b)(a+b+1))."""
         a, b = self.beta(prompt_id, cell)
@@ -102,14 +98,8 @@ def pick(rows: list[dict], posterior: PromptPosterior, n: int, seen: set[str], r
 
 def expert_rows(groups: Iterable[Group], at: float) -> list[dict]:
     """Expert iteration's SFT rows: each distinct passed answer of every group that teaches (not
-    flat), as (prompt, completion)."""
-    out: list[dict] = []
-    for g in groups:
-        if g.flat:
-            continue
-        for a in dict.fromkeys(g.passed(at)):
-            out.append({**_row(g), "completion": a, "reward": max(r for r in g.scored)})
-    return out
+    flat), as (prompt, history, completion): the prompt's text and the messages before it."""
+    return [{**_asked(g), "completion": a} for g in groups if not g.flat for a in dict.fromkeys(g.passed(at))]
 
 
 def preference_rows(groups: Iterable[Group], at: float) -> list[dict]:
@@ -117,17 +107,15 @@ def preference_rows(groups: Iterable[Group], at: float) -> list[dict]:
     failed one, in turn, as (prompt, chosen, rejected)."""
     out: list[dict] = []
     for g in groups:
-        if g.flat:
-            continue
-        good, bad = list(dict.fromkeys(g.passed(at))), list(dict.fromkeys(g.failed(at)))
-        for i in range(min(len(good), len(bad)) if good and bad else 0):
-            out.append({**_row(g), "chosen": good[i], "rejected": bad[i]})
+        if not g.flat:
+            good, bad = dict.fromkeys(g.passed(at)), dict.fromkeys(g.failed(at))
+            out += [{**_asked(g), "chosen": a, "rejected": b} for a, b in zip(good, bad)]
     return out
 
 
-def _row(g: Group) -> dict:
-    keep = ("prompt", "prompt_text", "prompt_id", "category", "history")
-    return {k: g.row[k] for k in keep if k in g.row}
+def _asked(g: Group) -> dict:
+    """What the target was asked: the prompt's text and the messages before it (JSON; "" alone)."""
+    return {"prompt": g.row["prompt_text"], "history": g.row.get("history") or ""}
 
 
 @dataclass(frozen=True)
@@ -169,6 +157,3 @@ def _cell_figures(groups: list[Group], at: float) -> dict:
             "pass_at_k": round(sum(bool(g.passed(at)) for g in groups) / len(groups), 4),
             "flat_groups": round(sum(g.flat for g in groups) / len(groups), 4)}
 
-
-def finite(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)

@@ -109,12 +109,7 @@ class RecordedReward:
         columns = {k: v for k, v in columns.items() if k not in ("log_extra", "log_metric")}
         texts = [text_of(c) for c in completions]
         prompt_texts = columns.get("prompt_text") or [text_of(p) if isinstance(p, list) else str(p) for p in prompts]
-        try:
-            scored = self.scorer(list(prompt_texts), texts, columns)
-            if len(scored) != len(texts):
-                raise ValueError(f"the reward returned {len(scored)} scores for {len(texts)} answers")
-        except Exception as e:  # noqa: BLE001 - a failed reward call leaves its answers out, recorded
-            scored = [(None, f"reward failed: {e!r}"[:500])] * len(texts)
+        scored = scored_safely(self.scorer, list(prompt_texts), texts, columns)
         step = (trainer_state.global_step if trainer_state is not None else 0) + 1  # the step being taken
         call, self.log.calls = self.log.calls, self.log.calls + 1
         self.log.append([{"prompt": prompt_texts[i], "completion": texts[i], "reward": r, "error": err,
@@ -122,7 +117,24 @@ class RecordedReward:
                           "prompt_id": _at(columns, "prompt_id", i), "category": _at(columns, "category", i),
                           "turn": _at(columns, "turn", i) or 1, "history": _at(columns, "history", i) or ""}
                          for i, (r, err) in enumerate(scored)])
-        return [None if r is None or not math.isfinite(r) else float(r) for r, _ in scored]
+        return [finite(r) for r, _ in scored]
+
+
+def scored_safely(scorer: Scorer, prompts: list[str], texts: list[str], columns: dict[str, list]) -> list[Scored]:
+    """``scorer``'s (reward, error) for each answer; a call that raises, or returns another number of
+    scores than answers, leaves every answer without a reward, with why (recorded, never a 0)."""
+    try:
+        scored = scorer(prompts, texts, columns)
+        if len(scored) != len(texts):
+            raise ValueError(f"the reward returned {len(scored)} scores for {len(texts)} answers")
+    except Exception as e:  # noqa: BLE001 - a failed reward call leaves its answers out, recorded
+        return [(None, f"reward failed: {e!r}"[:500])] * len(texts)
+    return scored
+
+
+def finite(x: float | None) -> float | None:
+    """A reward as a trainer takes it: None where it failed or is not a finite number."""
+    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def _at(columns: dict[str, list], name: str, i: int) -> Any:

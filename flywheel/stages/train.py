@@ -17,7 +17,13 @@ from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
 from flywheel.learning.rl import (
-    RewardsFailed, RewardSummary, RLPhase, RolloutLog, check_rewards, save_rollouts, with_advantages,
+    RewardsFailed,
+    RewardSummary,
+    RLPhase,
+    RolloutLog,
+    check_rewards,
+    save_rollouts,
+    with_advantages,
 )
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
@@ -151,14 +157,12 @@ def from_own_answers(ctx: Context, k: int, t: str, groups: list[Group], rl: RLPh
         return replace(rl, prompts=rl.prompts.filter(lambda r: r["prompt_id"] in teach, keep_in_memory=True)), sft, \
             None, method
     if method in ("expert", "sft+expert"):
-        rows = [{"prompt": r["prompt_text"], "completion": r["completion"], "history": r.get("history") or ""}
-                for r in expert_rows(groups, at)]
+        rows = expert_rows(groups, at)
         own = shape_for(Dataset.from_list(rows), chat, system) if rows else None
         parts = [p for p in ([sft] if method == "sft+expert" else []) + [own] if p is not None and len(p)]
         mixed = concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
         return None, mixed, None, "sft"
-    rows = [{"prompt": r["prompt_text"], "chosen": r["chosen"], "rejected": r["rejected"],
-             "history": r.get("history") or ""} for r in preference_rows(groups, at)]
+    rows = preference_rows(groups, at)
     pairs = shape_for(Dataset.from_list(rows), chat, system) if rows else None
     return None, sft, pairs, "sft+dpo" if method == "sft+onpolicy_dpo" else "dpo"
 
