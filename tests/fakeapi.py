@@ -192,6 +192,15 @@ class FakeAPI:
                         "usage": {"prompt_tokens": len(text), "completion_tokens": len(out),
                                   "total_tokens": len(text) + len(out)},
                     })
+                if self.path.endswith("/v1/completions"):  # the legacy API: raw text, as vLLM serves it
+                    text = body["prompt"]
+                    out = api.answer(text, n)
+                    return self._send(200, {
+                        "id": f"cmpl-{n}", "object": "text_completion", "created": 0, "model": body["model"],
+                        "choices": [{"index": 0, "finish_reason": "stop", "text": out}],
+                        "usage": {"prompt_tokens": len(text), "completion_tokens": len(out),
+                                  "total_tokens": len(text) + len(out)},
+                    })
                 if self.path.endswith("/messages"):
                     text = body["messages"][-1]["content"]
                     out = api.answer(text, n)

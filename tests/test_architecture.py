@@ -94,8 +94,9 @@ def test_the_flow_publishes_what_each_stage_declares_and_keys_on_no_stage_name()
 
 
 # The run directory's own files and folders: only the store (flywheel/ground/store.py) spells them.
-RUN_FILES = {"config.yaml", "summary.json", "manifest.json", "usage.jsonl"}
-RUN_FOLDERS = {"battles", "judgments", "quarantine", "bandits", "ratings", "models", "reward-models", "cache"}
+RUN_FILES = {"config.yaml", "summary.json", "manifest.json", "usage.jsonl", "spend.jsonl", "tracking.json"}
+RUN_FOLDERS = {"battles", "judgments", "quarantine", "bandits", "ratings", "models", "reward-models", "cache",
+               "server-logs"}
 PATH_OWNERS = {"flywheel/ground/store.py"}
 # A dataset folder's own manifest (curation.py writes it inside iter-000k/sft), not the run's.
 NOT_RUN_PATHS = {("flywheel/learning/curation.py", "manifest.json")}

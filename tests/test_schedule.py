@@ -1,12 +1,14 @@
-"""Scheduled flywheel runs: a real Prefect server on 127.0.0.1, `flywheel schedule --interval`
-serving the deployment, scheduled runs that complete and each add one iteration to the run; and
-the run lock that keeps overlapping triggers from corrupting a run directory."""
+"""Scheduled flywheel runs: a real Prefect server on 127.0.0.1; `flywheel schedule --interval`
+serving the deployment, and `--work-pool` with a real process worker; scheduled runs that
+complete and each add one iteration to the run; a pool that does not exist refused; and the run
+lock that keeps overlapping triggers from corrupting a run directory."""
 
 import json
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,56 +19,101 @@ from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.stages.context import open_run
 from tests.conftest import start_prefect_server, stop, tiny_tree
 
+FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
+PREFECT = str(Path(sys.executable).parent / "prefect")
 
-def test_an_interval_schedule_served_on_a_real_server_runs_the_flywheel(tiny_models_dir, tmp_path, cli_env, prefect_api):
-    # The session's server where it came up (the runs listed are this deployment's only), else one of its own.
+
+def flow_runs(api: str, deployment_id: str) -> list[dict]:
+    return httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_ASC", "deployments": {
+        "id": {"any_": [deployment_id]}}}, timeout=10).json()
+
+
+def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_worker(tiny_models_dir, tmp_path, cli_env,
+                                                                                   prefect_api):
+    """On one real Prefect server, at once: `flywheel schedule --interval` serving its deployment
+    from its own process, and `flywheel schedule --work-pool` registering one that a real `prefect
+    worker` process on a process pool runs, from this checkout (registered from another folder)."""
     server = None
-    if prefect_api is None:
+    if prefect_api is None:  # the session's server where it came up (the runs listed are these deployments' only)
         (tmp_path / "server").mkdir()
         server, prefect_api = start_prefect_server(tmp_path / "server", cli_env)
     api = prefect_api
-    env = {**cli_env, "PREFECT_API_URL": api, "PREFECT_UI_ENABLED": "false"}
-    name = f"test-{tmp_path.name}"
-    serve = None
-    dep: dict = {}
+    env = {**cli_env, "PREFECT_API_URL": api, "PREFECT_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "2",
+           "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
+    served, pooled, pool = f"test-{tmp_path.name}", f"wp-{tmp_path.name}", f"pool-{tmp_path.name}"[:60]
+    procs: list[subprocess.Popen] = []
+    deps: dict[str, dict] = {}
+
+    def start(args: list[str], log: str) -> None:
+        procs.append(subprocess.Popen(args, env=env, stdout=(tmp_path / log).open("w"), stderr=subprocess.STDOUT,
+                                      start_new_session=True, cwd=tmp_path))
+
+    def logs() -> str:
+        return "".join((tmp_path / f).read_text()[-2000:] for f in ("serve.log", "worker.log") if (tmp_path / f).exists())
+
     try:
-        tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name="nightly", run__iterations=5, rating__bootstrap_rounds=5)
-        path = tmp_path / "nightly.yaml"
-        path.write_text(yaml.safe_dump(tree))
-        serve_log = (tmp_path / "serve.log").open("w")
-        serve = subprocess.Popen([sys.executable, "-m", "flywheel.cli", "schedule", str(path), "--interval", "5",
-                                  "--name", name], env=env, stdout=serve_log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
-        completed: list[dict] = []
+        for name, run in ((served, "nightly"), (pooled, "pooled")):
+            tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name=run, run__iterations=5,
+                             rating__bootstrap_rounds=5)
+            (tmp_path / f"{run}.yaml").write_text(yaml.safe_dump(tree))
+        subprocess.run([PREFECT, "work-pool", "create", pool, "--type", "process"], env=env, check=True,
+                       capture_output=True, timeout=120)
+        made = subprocess.run([FLYWHEEL, "schedule", str(tmp_path / "pooled.yaml"), "--interval", "10", "--name",
+                               pooled, "--work-pool", pool], env=env, capture_output=True, text=True, timeout=180,
+                              cwd=tmp_path, check=False)
+        assert made.returncode == 0, made.stderr[-3000:]
+        assert f"registered with work pool {pool}" in made.stdout
+        start([FLYWHEEL, "schedule", str(tmp_path / "nightly.yaml"), "--interval", "5", "--name", served], "serve.log")
+        start([PREFECT, "worker", "start", "--pool", pool], "worker.log")
+        completed: dict[str, list[dict]] = {}
         deadline = time.monotonic() + 420
-        while not completed:
-            assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+        while len(completed) < 2:
+            assert all(p.poll() is None for p in procs), logs()
+            assert time.monotonic() < deadline, logs()
             time.sleep(3)
-            got = httpx.get(f"{api}/deployments/name/flywheel-scheduled/{name}", timeout=10)
-            if got.status_code != 200:
-                continue
-            dep = got.json()
-            runs = httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_ASC", "deployments": {
-                "id": {"any_": [dep["id"]]}}}, timeout=10).json()
-            failed = [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")]
-            assert not failed, (tmp_path / "serve.log").read_text()[-3000:]
-            completed = [r for r in runs if r["state_type"] == "COMPLETED"]
-        assert all(r["deployment_id"] == dep["id"] for r in completed)
-        assert dep["schedules"][0]["schedule"]["interval"] == 5.0
-        assert dep["parameters"]["config"]["run"]["name"] == "nightly"
+            for name in (served, pooled):
+                got = httpx.get(f"{api}/deployments/name/flywheel-scheduled/{name}", timeout=10)
+                if got.status_code != 200:
+                    continue
+                deps[name] = got.json()
+                runs = flow_runs(api, deps[name]["id"])
+                assert not [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")], logs()
+                if done := [r for r in runs if r["state_type"] == "COMPLETED"]:
+                    completed[name] = done
+        assert deps[served]["schedules"][0]["schedule"]["interval"] == 5.0
+        assert deps[served]["parameters"]["config"]["run"]["name"] == "nightly"
+        assert deps[pooled]["entrypoint"] == "flows/flywheel_flow.py:scheduled_flywheel"
+        assert deps[pooled]["schedules"][0]["schedule"]["interval"] == 10.0
+        assert completed[pooled][0]["work_pool_name"] == pool  # the worker ran it
     finally:
-        if serve is not None:
-            stop(serve)
-        if dep.get("id"):  # the shared server schedules no more runs of it
+        for p in procs:
+            stop(p)
+        for dep in deps.values():  # the shared server schedules no more runs of them
             httpx.delete(f"{api}/deployments/{dep['id']}", timeout=10)
+        httpx.delete(f"{api}/work_pools/{pool}", timeout=10)
         if server is not None:
             stop(server)
     # The first trigger made the run and one iteration (schedule.mode continue), not run.iterations;
     # a later trigger (if one finished while stopping) added one more to the same run.
-    summary = json.loads((tmp_path / "runs" / "nightly" / "summary.json").read_text())
-    assert [e["iteration"] for e in summary["iterations"]] in ([0, 1], [0, 1, 2])
-    assert not any((tmp_path / "runs").glob("nightly-*"))
+    for run in ("nightly", "pooled"):
+        summary = json.loads((tmp_path / "runs" / run / "summary.json").read_text())
+        assert [e["iteration"] for e in summary["iterations"]] in ([0, 1], [0, 1, 2])
+        assert not any((tmp_path / "runs").glob(f"{run}-*"))
+
+
+def test_a_work_pool_that_does_not_exist_is_refused_before_anything_is_registered(tmp_path, cli_env, prefect_api):
+    if prefect_api is None:
+        pytest.skip("the session's Prefect server did not come up")
+    env = {**cli_env, "PREFECT_API_URL": prefect_api}
+    got = subprocess.run([FLYWHEEL, "schedule", "--interval", "60", "--name", "nowhere", "--work-pool", "no-such-pool",
+                          "--set", f"run.root={tmp_path / 'runs'}"], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.strip().splitlines() == [
+        "error: --work-pool no-such-pool: no such work pool on the Prefect server "
+        + "(create it: prefect work-pool create no-such-pool --type process)"]
+    assert httpx.get(f"{prefect_api}/deployments/name/flywheel-scheduled/nowhere", timeout=10).status_code == 404
+    assert not (tmp_path / "runs").exists()
 
 
 def test_an_overlapping_trigger_waits_or_refuses_and_changes_nothing(tiny_models_dir, tmp_path):

@@ -6,9 +6,11 @@ import logging
 import os
 import socket
 from dataclasses import replace
+from pathlib import Path
 
 from flywheel.ground.records import Generation, Prompt, stable_id
 from flywheel.ground.store import RunStore
+from flywheel.players.api import stopped_by_budget
 from flywheel.worlds.world import Roster
 
 log = logging.getLogger("flywheel")
@@ -42,7 +44,23 @@ def generate_cached(
         row.update({k: round(after[k] - before.get(k, 0), 6) for k in after})
         store.append_usage(row)
         log.debug("%s: %d generated, %d cached, %d failed", player, len(todo), row["cached"], row["failed"])
+    check_failures(player, gens, len(prompts), roster.cfg.run.max_failed_calls, store.root)
     return out
+
+
+class CallsFailed(RuntimeError):
+    """More of a batch's calls stayed failed than ``run.max_failed_calls``: nothing of it is used."""
+
+
+def check_failures(player: str, gens: list[Generation], asked: int, limit: float, run_dir: Path) -> None:
+    """Raise CallsFailed when more than ``limit`` of the ``asked`` answers (cached ones too) are
+    among ``gens`` that failed (calls the budget stopped aside). The answers that passed are cached
+    already, so a resumed run asks only the rest."""
+    failed = [g for g in gens if not g.ok and not stopped_by_budget(g.error)]
+    if failed and len(failed) > limit * asked:
+        raise CallsFailed(f"{player}: {len(failed)} of {asked} answers failed after retries ({failed[0].error}); "
+                          f"above run.max_failed_calls {limit:g}, the run stops with nothing of them counted; "
+                          f"once the server answers again, go on with: flywheel run --resume {run_dir}")
 
 
 def cached_answers(roster: Roster, store: RunStore, player: str, prompts: list[Prompt]) -> dict[str, str]:

@@ -4,14 +4,25 @@ field, never a traceback halfway through a run."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from flywheel.arena.selection import GAMES_HAVE_NO_VALIDATION_ANSWERS
 from flywheel.games.hanabi import Setup
 from flywheel.ground.chat import template_of
-from flywheel.ground.config import PROCEDURAL, RL_METHODS, FlywheelConfig, ModelSpec, PlayerConfig
+from flywheel.ground.config import (
+    PROCEDURAL,
+    RL_METHODS,
+    RUNNER_MODULES,
+    FlywheelConfig,
+    ModelSpec,
+    PlayerConfig,
+    runner_needs,
+)
+from flywheel.ground.tracking import tracking_problems
 from flywheel.players.registry import resolve
 from flywheel.worlds.realmodels import KNOWN
 from flywheel.worlds.world import world_pools
@@ -34,9 +45,10 @@ def players(cfg: FlywheelConfig) -> list[tuple[str, PlayerConfig]]:
     return out
 
 
-def player_problems(where: str, pc: PlayerConfig) -> list[str]:
+def player_problems(where: str, pc: PlayerConfig, built: frozenset[Path] = frozenset()) -> list[str]:
     """Its kind resolves to a class, its API key is in the environment, its local weights exist
-    (a hub id, ``org/name``, is left to the loader) and, with ``chat: on``, have a chat template."""
+    (a hub id, ``org/name``, is left to the loader; ``built``: the world's tiny models, which a run
+    builds before it starts) and, with ``chat: on``, have a chat template."""
     name = f"{where} ({pc.name})"
     try:
         resolve(pc.kind)
@@ -51,7 +63,9 @@ def player_problems(where: str, pc: PlayerConfig) -> list[str]:
     if pc.path:  # local weights: a local player's, or the training base of a served target
         path = Path(pc.path)
         if not path.exists():
-            if pc.path.count("/") != 1 or pc.path.startswith((".", "/", "~")):  # not org/name on the hub
+            if path.resolve() in built:
+                pass  # one of the world's tiny models: the run builds it before it starts
+            elif pc.path.count("/") != 1 or pc.path.startswith((".", "/", "~")):  # not org/name on the hub
                 hint = f" (make it: flywheel models add {path.name})" if path.name in KNOWN else ""
                 out.append(f"{name}: path {pc.path} does not exist{hint}")
         elif (pc.kind in LOCAL_KINDS or where.startswith("targets.")) and (missing := not_a_model(path)):
@@ -226,10 +240,28 @@ def tiny_model_problems(cfg: FlywheelConfig) -> list[str]:
             f"{ModelSpec.positions}; use fewer seats, colours or cards in a hand, {own}"]
 
 
+def installed(module: str) -> bool:
+    """Whether the top-level ``module`` can be imported, found without importing it (Ray takes
+    seconds, and sets itself up as it loads); a ``None`` in ``sys.modules`` counts as missing."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    return importlib.util.find_spec(module) is not None
+
+
+def runner_problems(cfg: FlywheelConfig) -> list[str]:
+    """``run.task_runner`` dask or ray has its extra installed (else the flow would find out only
+    once the Prefect server is up and the models are built)."""
+    kind = cfg.run.task_runner
+    if kind in RUNNER_MODULES and not all(installed(m) for m in RUNNER_MODULES[kind]):
+        return [runner_needs(kind)]
+    return []
+
+
 def problems(cfg: FlywheelConfig) -> list[str]:
     """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
-    out = directory_problems(cfg)
-    out += [line for where, pc in players(cfg) for line in player_problems(where, pc)]
+    out = directory_problems(cfg) + runner_problems(cfg)
+    built = frozenset(Path(cfg.world.models_dir).resolve() / m.name for m in cfg.world.models)
+    out += [line for where, pc in players(cfg) for line in player_problems(where, pc, built)]
 
     rl = cfg.train.rl if uses_rl(cfg) else None
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
@@ -257,4 +289,5 @@ def problems(cfg: FlywheelConfig) -> list[str]:
             world_pools(cfg.world)
         except (OSError, ValueError) as e:
             out.append(str(e))
+    out += tracking_problems(cfg.tracking, Path(cfg.run.root))
     return out

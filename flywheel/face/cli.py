@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
+from flywheel.arena.generation import CallsFailed
 from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
@@ -24,6 +25,7 @@ from flywheel.ground.config_io import ConfigError, dump_config, load_config, par
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.learning.rl import RewardsFailed
 from flywheel.maths.ratings import Rating
+from flywheel.players.server import ServerError
 from judges.guard import JudgeGuardError
 
 # Quiet defaults, set by main() before Prefect or Hugging Face is imported; the environment can
@@ -40,6 +42,7 @@ QUIET_ENV = {
     "TRANSFORMERS_VERBOSITY": "error",
     "TOKENIZERS_PARALLELISM": "false",
     "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",  # tracking.kind mlflow (MLflow reads DO_NOT_TRACK only as "true")
 }
 
 app = typer.Typer(no_args_is_help=True, help="Bandit-driven Arena Learning flywheel. Exit codes: 0 done, 1 a failure "
@@ -111,8 +114,10 @@ def run(
         fail(str(e), IN_USE)
     except FileExistsError as e:
         fail(str(e))
-    except (JudgeGuardError, RewardsFailed) as e:
+    except (JudgeGuardError, RewardsFailed, CallsFailed) as e:
         fail(str(e), RUNTIME)
+    except ServerError as e:  # the model server did not come up: nothing was written
+        fail(str(e))
     if as_json:
         store = RunStore(run_dir)
         summary = json.loads(store.summary_path.read_text())
@@ -332,43 +337,23 @@ def schedule(
         cfg = load_config(config, set_)
     except ConfigError as e:
         fail(str(e))
-    if cron is not None:
-        from prefect.client.schemas.schedules import CronSchedule
-
-        try:
-            CronSchedule(cron=cron)
-        except ValueError as e:
-            fail(f"--cron {cron!r}: {e}")
     import logging
 
-    from flows.flywheel_flow import scheduled_flywheel  # lazy: Prefect and torch
+    from flows.deploy import DeploymentError, deploy_to_pool, serve_here, when  # lazy: Prefect
 
     logging.getLogger("flywheel").setLevel(logging.INFO)
-    cfg.run.root = str(Path(cfg.run.root).resolve())  # triggers run in other processes and folders
-    cfg.world.models_dir = str(Path(cfg.world.models_dir).resolve())
-    params = {"config": cfg.model_dump(mode="json")}
-    when = {"cron": cron} if cron is not None else {"interval": interval}
-    if work_pool is not None:
-        from prefect import Flow
-
-        source = Path(__file__).resolve().parents[1]
-        flow = Flow.from_source(source=str(source), entrypoint="flows/flywheel_flow.py:scheduled_flywheel")
-        from prefect.client.schemas.objects import ConcurrencyLimitConfig
-
-        # one run of the deployment at a time; a trigger that comes while one runs waits its turn
-        dep_id = flow.deploy(name, work_pool_name=work_pool, parameters=params, build=False, push=False,
-                             print_next_steps=False, **when,
-                             concurrency_limit=ConcurrencyLimitConfig(limit=1, collision_strategy="ENQUEUE"),
-                             # the worker's flow runs send the stage logs (logger "flywheel") to the UI
-                             job_variables={"env": {"PREFECT_LOGGING_EXTRA_LOGGERS": "flywheel"}})
-        typer.echo(f"deployment flywheel-scheduled/{name} ({dep_id}) registered with work pool {work_pool}; "
-                   f"start a worker: prefect worker start --pool {work_pool}")
-        return
-    from prefect.deployments.runner import EntrypointType
-
+    try:
+        schedule_ = when(cron, interval)
+        if work_pool is not None:
+            dep_id = deploy_to_pool(cfg, name, work_pool, schedule_)
+            typer.echo(f"deployment flywheel-scheduled/{name} ({dep_id}) registered with work pool {work_pool}; "
+                       f"start a worker: prefect worker start --pool {work_pool}")
+            return
+    except DeploymentError as e:
+        fail(str(e))
     typer.echo(f"serving deployment flywheel-scheduled/{name} ({'cron ' + cron if cron else f'every {interval:g} s'}); "
                "Ctrl-C stops it")
-    scheduled_flywheel.serve(name=name, parameters=params, limit=1, entrypoint_type=EntrypointType.MODULE_PATH, **when)
+    serve_here(cfg, name, schedule_)
 
 
 def main() -> None:

@@ -19,6 +19,15 @@ from flywheel.ground.config_world import (  # noqa: F401 - the tree's world sect
 
 Share = Annotated[float, Field(ge=0, le=1)]
 
+# What each task runner but the default needs beyond the package: the modules its extra installs.
+RUNNER_MODULES: dict[str, tuple[str, ...]] = {"dask": ("prefect_dask",), "ray": ("prefect_ray", "ray")}
+
+
+def runner_needs(kind: str) -> str:
+    """The one line that says what ``run.task_runner: <kind>`` needs installed, and how."""
+    names = " and ".join(m.replace("_", "-") for m in RUNNER_MODULES[kind])
+    return f"run.task_runner {kind} needs {names}: pip install 'flywheel[{kind}]'"
+
 
 class RunConfig(Strict):
     name: str | None = Field(None, description="Run id (directory name); default: a timestamp.")
@@ -26,16 +35,22 @@ class RunConfig(Strict):
     iterations: int = Field(4, ge=1, le=1000, description="Flywheel iterations after the baseline.")
     seed: int = Field(0, description="Seed for selection, seating, training and bootstraps.")
     shard_size: int = Field(500, ge=1, description="Battles per log shard (the unit a kill can lose).")
+    max_failed_calls: Share = Field(0.5, description="Share of one batch of a player's calls (a shard's answers, "
+                                    "an evaluation) that may stay failed after retries, each recorded as failed and "
+                                    "never counted; above it the run stops (exit 1) before the batch is used, and "
+                                    "--resume asks those calls again (a server that died, say). Calls the budget "
+                                    "stopped do not count.")
     cache_dir: Path | None = Field(None, description="Generation cache shared by runs (e.g. data/cache), so a "
                                    "repeated run does not pay twice; default: the run's own cache/. Share it only "
                                    "while models at a path do not change.")
     task_runner: Literal["default", "dask", "ray"] = Field(
         "default", description="Where mapped battle and judgment shards run: Prefect's thread pool, a Dask "
-        "cluster (prefect-dask) or a Ray cluster (prefect-ray).")
+        "cluster (flywheel[dask]) or a Ray instance or cluster (flywheel[ray]).")
     runner_address: str | None = Field(None, description="Address of an existing Dask scheduler or Ray cluster; "
                                        "unset: dask starts a local cluster, ray a local instance.")
-    workers: int = Field(1, ge=1, description="Shards at once: threads (default runner) or local Dask worker "
-                         "processes. Threads help API players; local models take turns in one process.")
+    workers: int = Field(1, ge=1, description="Shards at once: threads (default runner), local Dask worker "
+                         "processes or a local Ray instance's CPUs. Threads help API players; local models take "
+                         "turns in one process.")
 
 
 class SelectConfig(Strict):
@@ -141,7 +156,8 @@ class EvaluateConfig(Strict):
 
 class BudgetConfig(Strict):
     max_usd: float | None = Field(None, gt=0, description="Stop paid API calls once this much is spent "
-                                  "(later calls are recorded as failed, never judged).")
+                                  "by all the run's processes together (later calls are recorded as failed, never "
+                                  "judged).")
 
 
 class AllocateConfig(Strict):
@@ -184,6 +200,22 @@ class AllocateConfig(Strict):
                                      "accuracy / this (lower = the best target dominates).")
 
 
+class ServeConfig(Strict):
+    """A model server the flywheel starts before a run and stops after (flywheel/players/server.py):
+    ``transformers serve`` on a CPU, ``vllm serve`` on a GPU. Players reach it by base_urls."""
+
+    command: list[str] = Field([], description="The server's command, without --host and --port (added from "
+                               "host and port): e.g. [transformers, serve, --device, cpu] or [vllm, serve, "
+                               "/models/m, --enable-lora]. Empty: no server is started (start your own and point "
+                               "the players' base_urls at it).")
+    host: str = Field("127.0.0.1", description="Address the server listens on.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the server listens on: the players' base_urls are "
+                      "http://<host>:<port>/v1.")
+    startup_timeout_s: float = Field(180.0, gt=0, description="How long the server may take to answer its health "
+                                     "check before the run is refused (nothing is written).")
+    health_path: str = Field("/health", description="The path that answers 200 once the server is up.")
+
+
 class ScheduleConfig(Strict):
     """What a scheduled trigger does (``flywheel schedule``)."""
 
@@ -191,6 +223,21 @@ class ScheduleConfig(Strict):
                                                "iteration to the run run.root/run.name; fresh: a new run per trigger.")
     lock_wait_s: float = Field(0.0, ge=0, description="A trigger that finds the run in use waits this long, "
                                "then refuses (the run is left untouched).")
+
+
+class TrackingConfig(Strict):
+    """An experiment tracker that gets each iteration's figures (``flywheel/ground/tracking.py``);
+    the run directory stays the record, the tracker a view of it."""
+
+    kind: Literal["none", "mlflow"] = Field("none", description="none: no tracker; mlflow: one MLflow run per "
+                                           "flywheel run gets the config as params and each finished iteration's "
+                                           "figures as metrics (step = iteration), the trainer's logs with them "
+                                           "(pip install 'flywheel[tracking]').")
+    uri: str | None = Field(None, description="MLflow tracking URI: a SQLite store (sqlite:///path/mlflow.db), an "
+                            "MLflow server (http://host:5000) or any URI MLflow takes; unset: "
+                            "sqlite:///<run.root>/mlflow.db, shared by the runs under run.root.")
+    experiment: str = Field("flywheel", min_length=1, description="MLflow experiment the run's MLflow run goes in "
+                            "(created when missing).")
 
 
 class FlywheelConfig(Strict):
@@ -216,6 +263,8 @@ class FlywheelConfig(Strict):
     allocate: AllocateConfig = Field(default_factory=AllocateConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
 
     @model_validator(mode="after")
     def _unique_names(self) -> FlywheelConfig:

@@ -25,7 +25,8 @@ class PlayerConfig(Strict):
     chat: Literal["auto", "on", "off"] = Field(
         "auto", description="Local players (transformers, vllm): ask through the tokenizer's chat template. auto: "
         "when the tokenizer has one (else raw text, noted in the log); on: a model without one is an error; "
-        "off: raw text. API players always chat.")
+        "off: raw text. API players chat, but an openai player with a path is asked as its weights read: without "
+        "a chat template, raw text through /v1/completions.")
     device: str = Field("auto", description="Local players: torch device (auto: cuda when available, else cpu).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Local players: weights dtype (auto: bfloat16 on a GPU that supports it, else float32).")
@@ -33,7 +34,9 @@ class PlayerConfig(Strict):
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = Field(
         "max_completion_tokens", description="openai kind: the length field sent (old servers need max_tokens).")
     # API players (openai, anthropic)
-    model: str | None = Field(None, description="Model name at the API (required for openai and anthropic).")
+    model: str | None = Field(None, description="Model name at the API (required for anthropic; openai: unset "
+                              "with a path, the server is asked for the path, each new version of a target for its "
+                              "checkpoint folder, as transformers serve loads them).")
     base_urls: list[str] = Field([], description="Endpoints, balanced round-robin; empty = the vendor's API.")
     api_key_env: str | None = Field(None, description="Name of the environment variable holding the API key. "
                                     "The key itself never appears in a config.")
@@ -65,8 +68,9 @@ class PlayerConfig(Strict):
 
     @model_validator(mode="after")
     def _api_needs_model(self) -> PlayerConfig:
-        if self.kind in ("openai", "anthropic") and not self.model:
-            raise ValueError(f"player {self.name}: kind {self.kind} needs 'model'")
+        if self.kind in ("openai", "anthropic") and not self.model and not (self.kind == "openai" and self.path):
+            need = "'model'" if self.kind == "anthropic" else "'model' (or 'path', for a server that loads it by path)"
+            raise ValueError(f"player {self.name}: kind {self.kind} needs {need}")
         return self
 
 

@@ -3,7 +3,9 @@
 The store is the one owner of the run directory's layout: no other module spells a path in it.
 Layout (see data/README.md)::
 
-    <run>/config.yaml  manifest.json  summary.json  usage.jsonl  .lock
+    <run>/config.yaml  manifest.json  summary.json  usage.jsonl  spend.jsonl  .lock
+    <run>/tracking.json                          the experiment tracker's run id (tracking.kind mlflow)
+    <run>/server-logs/<time>.log                 the output of the model server a run started (serve.command)
     <run>/battles/<iter>-<phase>-<n>.parquet     append-only battle log shards
     <run>/judgments/<iter>-<phase>-<n>.parquet   every judgment, with the judge's raw output
     <run>/iter-000k/plan-rN.parquet  sft/  dpo/  the selection (per round) and datasets
@@ -37,6 +39,7 @@ import pyarrow.parquet as pq
 
 from flywheel.ground.atomic import append_bytes, atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cache import KeyValueCache
+from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.plan_files import PlanFiles, arrow_schema, iter_name  # noqa: F401 - iter_name: the store's names
 from flywheel.ground.records import Battle, EvolvedPrompt, JudgedBattle, Judgment, Lesson, _Row
 
@@ -181,6 +184,24 @@ class RunStore(PlanFiles):
     @property
     def manifest_path(self) -> Path:
         return self.root / "manifest.json"
+
+    @staticmethod
+    def pending_server_log(root: Path, name: str) -> Path:
+        """Where a run's model server logs before the run directory exists (beside it, under run.root)."""
+        return Path(root) / f".{name}.server.log"
+
+    def adopt_server_log(self, pending: Path) -> Path:
+        """Move a server's log into this run (the server goes on writing to it: same file)."""
+        folder = self.root / "server-logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        dest = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        os.replace(pending, dest)
+        return dest
+
+    @property
+    def tracking_path(self) -> Path:
+        """The experiment tracker's record of this run (``tracking.kind``): its store, experiment and run id."""
+        return self.root / "tracking.json"
 
     # -- stage results ---------------------------------------------------------------------
     def stage_json(self, k: int, stage: str) -> dict[str, Any] | None:
@@ -334,6 +355,20 @@ class RunStore(PlanFiles):
 
     def usage(self) -> list[dict[str, Any]]:
         return self.read_jsonl("usage.jsonl")
+
+    @property
+    def spend_path(self) -> Path:
+        return self.root / "spend.jsonl"
+
+    def spend_ledger(self) -> SpendLedger:
+        """The run's spending ledger, one row per paid call of any process (what ``budget.max_usd``
+        counts; flywheel/ground/ledger.py). ``usage.jsonl`` reports the same spending per batch, after
+        the batch; the ledger is the source of truth. A run from before the ledger starts it with
+        what its ``usage.jsonl`` says was spent."""
+        ledger = SpendLedger(self.spend_path)
+        if not ledger.has_rows():
+            ledger.carry(sum(r.get("cost_usd", 0.0) for r in self.usage()))
+        return ledger
 
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
         path = self.root / name

@@ -34,6 +34,9 @@ class TrainResult:
     loss: float | None
     examples: int
     rollouts: list[dict] | None = None  # GRPO: every scored answer, with its advantage
+    # The Trainer's logs (loss, grad_norm, learning_rate, ...), each with its ``phase`` and its
+    # ``step`` counted over the phases of this training (an experiment tracker's curves).
+    history: tuple[dict, ...] = ()
 
 
 def is_main_process() -> bool:
@@ -228,7 +231,7 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
             save_checkpoint(model, tokenizer, out)
         return TrainResult(0, None, 0)
     per_stage = max(1, steps // len(plan))
-    total, loss, examples, rollouts = 0, None, 0, None
+    total, loss, examples, rollouts, history = 0, None, 0, None, []
     wrapped = adapter is not None or keep_adapter  # the model already carries its adapter
     peft = None if wrapped else _peft_config(cfg)
     keep = state_dir is not None and cfg.checkpoint_steps > 0
@@ -285,6 +288,7 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
             else:
                 trainer.train(resume_from_checkpoint=resume)
             steps_done = trainer.state.global_step
+            history += trainer_logs(trainer.state.log_history, kind, total)
             total += steps_done
             loss = stage_loss(trainer.state.log_history)
             if kind in ("grpo", "rloo"):
@@ -305,4 +309,13 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                      "n/a" if loss is None else f"{loss:.4f}")  # n/a: sft_args/dpo_args logged no step
     if is_main_process():  # under accelerate every process trains; one saves
         save_checkpoint(model, tokenizer, out)
-    return TrainResult(total, loss, examples, rollouts)
+    return TrainResult(total, loss, examples, rollouts, tuple(history))
+
+
+def trainer_logs(log_history: list[dict], phase: str, before: int) -> list[dict]:
+    """A phase's Trainer logs as plain numbers, each with its ``phase`` and its ``step`` after the
+    ``before`` steps of the earlier phases (a resumed phase has its logs from the checkpoint). The
+    closing entry (``train_runtime``, speeds: this machine's, not the training's) is left out."""
+    return [{"phase": phase, "step": before + int(e["step"]),
+             **{k: float(v) for k, v in e.items() if k != "step" and isinstance(v, int | float)}}
+            for e in log_history if "step" in e and "train_runtime" not in e]

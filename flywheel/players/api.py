@@ -18,8 +18,9 @@ import json
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.records import Generation, Prompt
 from flywheel.players.base import Player, PlayerSetup, SamplingParams
 
@@ -30,6 +31,14 @@ class MalformedResponse(Exception):
 
 class BudgetExhausted(Exception):
     """The run's spending cap is reached; no more paid calls are made."""
+
+
+BUDGET_STOP = "budget of $"  # how the error of a call the budget stopped begins
+
+
+def stopped_by_budget(error: str | None) -> bool:
+    """Whether a failed generation's error is the budget's stop (not a failure of the server)."""
+    return bool(error) and error.startswith(BUDGET_STOP)
 
 
 @dataclass(frozen=True)
@@ -99,21 +108,43 @@ def is_retryable(exc: BaseException) -> bool:
     return status is not None and (status in (408, 409, 429) or status >= 500)
 
 
-@dataclass
 class Budget:
-    """A spending cap shared by every API player of a run (``None`` = no cap)."""
+    """A spending cap shared by every API player of a run (``max_usd`` None: no cap).
 
-    max_usd: float | None = None
-    spent_usd: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    Alone it counts what this process spends (``spent_usd`` to start from), its threads sharing
+    it. Bound to the run's ``SpendLedger`` (the roster binds it), it counts every process of the
+    run: ``add`` appends each paid call to the ledger and ``check``, before every call, reads the
+    ledger's total. A call starts only while the total is under the cap, and calls already in
+    flight when it is reached finish and are counted, so a run ends at most one batch over the
+    cap: the calls in flight at once across all workers, at their price."""
+
+    def __init__(self, max_usd: float | None = None, spent_usd: float = 0.0,
+                 ledger: SpendLedger | None = None) -> None:
+        self.max_usd = max_usd
+        self.ledger = ledger
+        self._spent = spent_usd
+        self._lock = threading.Lock()
+
+    @property
+    def spent_usd(self) -> float:
+        return self.ledger.total() if self.ledger is not None else self._spent
 
     def check(self) -> None:
-        if self.max_usd is not None and self.spent_usd >= self.max_usd:
-            raise BudgetExhausted(f"budget of ${self.max_usd:.4f} exhausted (spent ${self.spent_usd:.4f})")
+        """Raise ``BudgetExhausted`` once the cap is reached."""
+        if self.max_usd is None:
+            return
+        spent = self.spent_usd
+        if spent >= self.max_usd:
+            raise BudgetExhausted(f"{BUDGET_STOP}{self.max_usd:.4f} exhausted (spent ${spent:.4f})")
 
     def add(self, usd: float) -> None:
+        """Count one call's cost."""
+        if self.ledger is not None:
+            if usd:
+                self.ledger.append(usd)
+            return
         with self._lock:
-            self.spent_usd += usd
+            self._spent += usd
 
 
 @dataclass

@@ -28,13 +28,15 @@ class SamplingParams:
 class PlayerSetup:
     """What the run resolves for a player besides its config: local weights (``path``), the API
     model it is asked for (a served target version is its own LoRA model), the run's spending
-    ``budget``, the seed and an in-process vLLM engine's GPU-memory share."""
+    ``budget``, the seed, an in-process vLLM engine's GPU-memory share, and whether it is asked
+    in conversations (an API player with local weights is asked as they read: ``chat``)."""
 
     path: str | None = None
     model: str | None = None
     budget: Any = None
     seed: int = 0
     gpu_memory_utilization: float | None = None
+    chat: bool = True
 
 
 @runtime_checkable

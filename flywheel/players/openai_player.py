@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 
-from flywheel.ground.chat import history_of
+from flywheel.ground.chat import history_of, raw_prompt
 from flywheel.ground.chat import messages as chat_messages
 from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
@@ -41,9 +41,17 @@ class OpenAIPlayer(APIPlayer):
         self._clients: list = []
         self._next = itertools.count()
 
+    chat = True  # False: raw text through /v1/completions (a served checkpoint without a chat template)
+
     @classmethod
     def extra_config(cls, pc) -> dict:
         return {"max_tokens_field": pc.max_tokens_field}
+
+    @classmethod
+    def from_config(cls, pc, name: str, setup):
+        player = super().from_config(pc, name, setup)
+        player.chat = setup.chat
+        return player
 
     async def _open(self) -> None:
         from openai import AsyncOpenAI
@@ -58,6 +66,8 @@ class OpenAIPlayer(APIPlayer):
 
     async def _complete(self, prompt: Prompt, params: SamplingParams) -> Completion:
         client = self._clients[next(self._next) % len(self._clients)]
+        if not self.chat:
+            return await self._complete_raw(client, prompt, params)
         messages = chat_messages(prompt.text, self.system_prompt, history_of(prompt))
         resp = await client.chat.completions.create(model=self.model, messages=messages, **self.payload(params))
         try:
@@ -69,6 +79,23 @@ class OpenAIPlayer(APIPlayer):
                               int(getattr(usage, "completion_tokens", 0) or 0))
         except (AttributeError, IndexError, TypeError, ValueError) as e:
             raise MalformedResponse(f"malformed chat completion: {e}") from None
+
+    async def _complete_raw(self, client, prompt: Prompt, params: SamplingParams) -> Completion:
+        """The prompt in raw text (``raw_prompt``, as a local player without a chat template reads
+        it) through the legacy completions API, which takes ``max_tokens``."""
+        body = self.payload(params)
+        body["max_tokens"] = body.pop(self.max_tokens_field)
+        text = raw_prompt(prompt.text, self.system_prompt, history_of(prompt))
+        resp = await client.completions.create(model=self.model, prompt=text, **body)
+        try:
+            out = resp.choices[0].text
+            if not isinstance(out, str):
+                raise TypeError("no text")
+            usage = resp.usage
+            return Completion(out.strip(), int(getattr(usage, "prompt_tokens", 0) or 0),
+                              int(getattr(usage, "completion_tokens", 0) or 0))
+        except (AttributeError, IndexError, TypeError, ValueError) as e:
+            raise MalformedResponse(f"malformed completion: {e}") from None
 
     def payload(self, params: SamplingParams) -> dict:
         """The request's sampling fields: the length limit under ``max_tokens_field``

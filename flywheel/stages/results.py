@@ -132,6 +132,8 @@ class TargetTraining(StageRecord):
     rewards: dict | None = None  # GRPO: answers scored and failed, mean reward, share of flat groups
     reward_model: dict | None = None  # method reward: its folder, steps, pairs, pair accuracy on validation
     sampling: dict | None = None  # own answers sampled before training: answers, flat groups, pass@k by category
+    # the Trainer's logs: per logged step its phase, step (over the phases) and figures (loss, grad_norm, ...)
+    log: list[dict] | None = optional()
 
 
 class PerTarget(StageRecord):
@@ -297,6 +299,18 @@ class IterationSummary(StageRecord):
         out["allocation"] = out["allocation"] or {}
         out["merge"] = out["merge"] or {}
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> IterationSummary:
+        """An entry of summary.json, its records typed (an empty allocation or merge: None)."""
+        entry = super().from_json(data)
+        promotion = data.get("promotion")
+        return dataclasses.replace(
+            entry, eval={m: VersionEval.from_json(v) for m, v in data.get("eval", {}).items()},
+            opponents_eval={m: VersionEval.from_json(v) for m, v in data.get("opponents_eval", {}).items()},
+            allocation=Allocation.from_json(data["allocation"]) if data.get("allocation") else None,
+            merge=MergeResult.from_json(data["merge"]) if data.get("merge") else None,
+            promotion=PromoteResult.from_json(promotion) if promotion is not None else None)
 
 
 STAGE_RESULTS: dict[str, type] = {

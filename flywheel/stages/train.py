@@ -82,7 +82,7 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
             state.parent.rmdir()
     rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
     return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards, made,
-                          sampled)
+                          sampled, list(res.history) or None)
 
 
 def samples_first(tc, method: str) -> bool:

@@ -94,15 +94,15 @@ class Roster:
     cfg: FlywheelConfig
     store: RunStore
     _by_name: dict[str, PlayerConfig] = field(init=False)
-    budget: object = field(init=False)
+    budget: Budget = field(init=False)
     pool: PlayerPool = field(init=False, default_factory=PlayerPool)
     gpu_shares: dict[str, float] | None = field(init=False, default=None)
     _askers: dict[str, Asker] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self._by_name = {p.name: p for p in self.cfg.targets + self.cfg.opponents}
-        spent = sum(r.get("cost_usd", 0.0) for r in self.store.usage())
-        self.budget = Budget(self.cfg.budget.max_usd, spent)  # a resumed run remembers what it spent
+        # one ledger for every process of the run (a Dask worker's roster too); a resumed run reads it again
+        self.budget = Budget(self.cfg.budget.max_usd, ledger=self.store.spend_ledger())
 
     @property
     def targets(self) -> list[str]:
@@ -152,7 +152,10 @@ class Roster:
     def api_model(self, player: str) -> str | None:
         pc = self.config(player)
         k = PlayerVersion.parse(player).k
-        return player if (pc.serve_lora and k) else pc.model
+        if pc.serve_lora and k:
+            return player
+        # unset: a server that loads checkpoints by path (transformers serve) is asked for the version's folder
+        return pc.model or (str(Path(self.path(player)).resolve()) if pc.kind == "openai" else None)
 
     def params(self, player: str) -> SamplingParams:
         pc = self.config(player)
@@ -189,9 +192,14 @@ class Roster:
         """A new player from its config through its kind's ``from_config`` (arena players, and
         the judge's model)."""
         in_arena = PlayerVersion.parse(name).name in self._by_name
-        setup = PlayerSetup(path=self.path(name) if in_arena else pc.path,
-                            model=self.api_model(name) if in_arena else pc.model, budget=self.budget,
-                            seed=self.cfg.run.seed,
+        if in_arena:
+            path, model, chat = self.path(name), self.api_model(name), self.is_chat(name)
+        else:  # the judge's model, an asker
+            path, model, chat = pc.path, pc.model, True
+            if pc.kind == "openai" and pc.path:
+                model = model or str(Path(pc.path).resolve())
+                chat = uses_chat(template_of(pc.path), pc.chat, name)
+        setup = PlayerSetup(path=path, model=model, budget=self.budget, seed=self.cfg.run.seed, chat=chat,
                             gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
         return player_from_config(pc, name, setup)
 
