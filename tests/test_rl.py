@@ -48,6 +48,26 @@ def test_a_real_grpo_phase_changes_the_weights_and_keeps_its_rollouts(tiny_model
         assert abs(sum(r["advantage"] for r in group)) < 1e-6
 
 
+def half_failed(prompts, completions, columns):
+    """Each group of 4 answers (TRL samples a prompt's answers one after another): rewards 1, 0 and
+    two failed calls."""
+    return [[(1.0, None), (0.0, None), (None, "judge unreachable"), (None, "judge unreachable")][i % 4]
+            for i in range(len(completions))]
+
+
+def test_trl_itself_leaves_a_failed_reward_out_and_never_averages_it_as_0(tiny_models_dir, tmp_path):
+    """Read from TRL's own logs (the Trainer's log history, which TRL writes from the rewards and
+    advantages it computed), not from this project's recomputation: each group's scored rewards
+    are 1 and 0, so the logged mean reward is 0.5 and every group has a spread. Were a failed
+    reward trained on as 0 (TRL before 1.6, or a reward path that turns None into 0), the mean
+    would be 0.25."""
+    res = grpo(tiny_models_dir, tmp_path / "student@1", tmp_path / "state", steps=2, scorer=half_failed)
+    logged = [e for e in res.history if "reward" in e]
+    assert len(logged) == 2  # one log per step
+    assert [e["reward"] for e in logged] == pytest.approx([0.5, 0.5])
+    assert all(e["frac_reward_zero_std"] == 0.0 for e in logged)
+
+
 def test_advantages_are_the_groups_normalised_rewards():
     rows = [{"group": "g", "reward": r} for r in (1.0, 0.0, None, 0.0)] + [{"group": "h", "reward": None}]
     adv = [r["advantage"] for r in with_advantages(rows)]

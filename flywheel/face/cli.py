@@ -337,6 +337,7 @@ def schedule(
         cfg = load_config(config, set_)
     except ConfigError as e:
         fail(str(e))
+    _refuse_problems(cfg)  # as `flywheel run` would, before a deployment that would fail at each trigger
     import logging
 
     from flows.deploy import DeploymentError, deploy_to_pool, serve_here, when  # lazy: Prefect
