@@ -1,7 +1,8 @@
 """Models served over HTTP by a real server: `transformers serve` (in transformers) loads the tiny
 models and each trained version by path. The openai player asks them as the local player does, a
 run starts and stops the server itself (serve.command), and what goes wrong is refused or stops
-the run cleanly: a server that does not come up, a path that does not exist, a server that dies."""
+the run cleanly: a server that does not come up, a path that does not exist, a server that dies.
+The production path's run also reports to MLflow (tracking.kind), across its kill and resume."""
 
 import json
 import os
@@ -105,11 +106,13 @@ def server_pid(port: int) -> int:
     raise AssertionError(f"no server on port {port}")
 
 
-def test_a_run_serves_its_models_asks_each_version_by_path_and_outlives_its_server_dying(
+def test_a_served_and_tracked_run_asks_each_version_by_path_and_outlives_its_server_dying(
         tiny_models_dir, tmp_path, cli_env):
     port = free_port()
     tree = served_tree(tiny_models_dir, tmp_path / "runs", port, run__name="served", run__iterations=1)
     tree["serve"] = {"command": SERVE, "port": port}  # the run starts and stops its own server
+    uri = f"sqlite:///{tmp_path / 'tracker' / 'mlflow.db'}"
+    tree["tracking"] = {"kind": "mlflow", "uri": uri}  # and reports to MLflow, across the kill and the resume
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(tree))
     run = tmp_path / "runs" / "served"
@@ -143,3 +146,41 @@ def test_a_run_serves_its_models_asks_each_version_by_path_and_outlives_its_serv
     assert [e["iteration"] for e in summary["iterations"]] == [0, 1]
     with pytest.raises(httpx.HTTPError):  # stopped with the run
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    tracked_as_summary(uri, run, summary)
+
+
+def tracked_as_summary(uri: str, run: Path, summary: dict) -> None:
+    """The run's figures, read back through MLflow's own client, are summary.json's and the train
+    stage's: one MLflow run for the flywheel run (the resumed process went on in it), each iteration
+    logged once (the baseline by the process that was stopped, iteration 1 by the resumed one)."""
+    from mlflow.tracking import MlflowClient
+
+    from flywheel.ground.store import RunStore
+
+    store = RunStore(run)
+    client = MlflowClient(uri)
+    run_id = json.loads(store.tracking_path.read_text())["run_id"]
+
+    def history(key: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+    got = client.get_run(run_id)
+    assert got.info.status == "FINISHED" and got.info.run_name == "served"
+    assert got.data.tags["flywheel.run_dir"] == str(run.resolve())
+    assert got.data.params["train.steps"] == "4" and got.data.params["tracking.kind"] == "mlflow"
+    assert history("iteration") == [(0, 0), (1, 1)]  # each once
+    base, first = summary["iterations"]
+    assert history("eval/student/accuracy") == [(0, base["eval"]["student@0"]["accuracy"]),
+                                                (1, first["eval"]["student@1"]["accuracy"])]
+    assert history("eval/calc/accuracy/add")[-1] == (1, first["opponents_eval"]["calc"]["accuracy_by_category"]["add"])
+    student = first["eval"]["student@1"]
+    assert [history(f"elo/student{part}")[-1] for part in ("", "/lower", "/upper")] == \
+        [(1, student["elo"]), (1, student["elo_ci"][0]), (1, student["elo_ci"][1])]
+    assert history("validation/student/accuracy")[-1] == (1, student["validation"]["accuracy"])
+    arm = first["bandit"]["student"][0]
+    assert history(f"bandit/student/{arm['arm']}/share") == [(1, arm["share"])]
+    assert history("judge/judged") == [(0, base["judge"]["judged"]), (1, first["judge"]["judged"])]
+    assert history("train/student/loss") == [(1, store.stage_json(1, "train")["student"]["loss"])]
+    assert [s for s, _ in history("trainer/student/sft/loss")] == [1, 2, 3, 4]  # the trainer's logged steps
+    experiment = client.get_experiment_by_name("flywheel")
+    assert [r.info.run_id for r in client.search_runs([experiment.experiment_id])] == [run_id]

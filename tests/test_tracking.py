@@ -1,73 +1,17 @@
-"""Experiment tracking (``tracking.kind: mlflow``): a tiny real run's figures read back through
-MLflow's own client equal summary.json's; a resumed run goes on in the same MLflow run and logs no
-iteration twice; a store that cannot be written, or MLflow missing, is one error line before any
-run directory exists."""
+"""Experiment tracking (``tracking.kind: mlflow``): a store that cannot be written, or MLflow
+missing, is one error line before any run directory exists. A real tracked run, killed and
+resumed, is read back through MLflow's own client in tests/test_served.py (the production path:
+served models, a tracker, a server that dies)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mlflow")
-
-
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
-def test_a_tracked_run_logs_each_iteration_once_to_one_mlflow_run_and_a_resume_goes_on_in_it(harness, tiny_config,
-                                                                                               tmp_path):
-    from mlflow.tracking import MlflowClient
-
-    from flows.flywheel_flow import run_flywheel
-    from flywheel.ground.store import RunStore
-
-    uri = f"sqlite:///{tmp_path / 'tracker' / 'mlflow.db'}"
-    cfg, _ = tiny_config(run__name="tracked", run__iterations=1, rating__bootstrap_rounds=5,
-                         tracking={"kind": "mlflow", "uri": uri})
-    store = RunStore(Path(run_flywheel(cfg)))
-    client = MlflowClient(uri)
-    run_id = json.loads(store.tracking_path.read_text())["run_id"]
-
-    def history(key: str) -> list[tuple[int, float]]:
-        return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
-
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.info.run_name == "tracked"
-    assert run.data.tags["flywheel.run_dir"] == str(store.root.resolve())
-    assert run.data.params["train.steps"] == "4" and run.data.params["tracking.kind"] == "mlflow"
-    base, first = json.loads(store.summary_path.read_text())["iterations"]
-    assert history("eval/student/accuracy") == [(0, base["eval"]["student@0"]["accuracy"]),
-                                                (1, first["eval"]["student@1"]["accuracy"])]
-    assert history("eval/calc/accuracy/add")[-1] == (1, first["opponents_eval"]["calc"]["accuracy_by_category"]["add"])
-    student = first["eval"]["student@1"]
-    assert [history(f"elo/student{part}")[-1] for part in ("", "/lower", "/upper")] == \
-        [(1, student["elo"]), (1, student["elo_ci"][0]), (1, student["elo_ci"][1])]
-    assert history("validation/student/accuracy")[-1] == (1, student["validation"]["accuracy"])
-    arm = first["bandit"]["student"][0]
-    assert history(f"bandit/student/{arm['arm']}/share") == [(1, arm["share"])]
-    assert history("judge/judged") == [(0, base["judge"]["judged"]), (1, first["judge"]["judged"])]
-    assert history("cost/usd") == [(0, 0.0), (1, 0.0)]
-    assert history("train/student/loss") == [(1, store.stage_json(1, "train")["student"]["loss"])]
-    assert [s for s, _ in history("trainer/student/sft/loss")] == [1, 2, 3, 4]  # the trainer's logged steps
-
-    run_flywheel(cfg, str(store.root), more=1)  # one more iteration: the same MLflow run, nothing twice
-    assert json.loads(store.tracking_path.read_text())["run_id"] == run_id
-    assert history("iteration") == [(0, 0), (1, 1), (2, 2)]
-    assert [s for s, _ in history("eval/student/accuracy")] == [0, 1, 2]
-    assert [s for s, _ in history("trainer/student/sft/loss")] == [1, 2, 3, 4, 5, 6, 7, 8]  # the target's steps
-    experiment = client.get_experiment_by_name("flywheel")
-    assert [r.info.run_id for r in client.search_runs([experiment.experiment_id])] == [run_id]
-    assert client.get_run(run_id).info.status == "FINISHED"
 
 
 def test_a_tracker_store_that_cannot_be_written_is_one_error_line_exit_2_and_no_run_directory(tmp_path):
