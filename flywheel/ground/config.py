@@ -35,7 +35,7 @@ class RunConfig(Strict):
     iterations: int = Field(4, ge=1, le=1000, description="Flywheel iterations after the baseline.")
     seed: int = Field(0, description="Seed for selection, seating, training and bootstraps.")
     shard_size: int = Field(500, ge=1, description="Battles per log shard (the unit a kill can lose).")
-    max_failed_calls: Share = Field(0.5, description="Share of one batch of a player's calls (a shard's answers, "
+    max_failed_calls: Share = Field(0.9, description="Share of one batch of a player's calls (a shard's answers, "
                                     "an evaluation) that may stay failed after retries, each recorded as failed and "
                                     "never counted; above it the run stops (exit 1) before the batch is used, and "
                                     "--resume asks those calls again (a server that died, say). Calls the budget "
