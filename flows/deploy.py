@@ -39,14 +39,14 @@ def parameters(cfg: FlywheelConfig) -> dict:
     return {"config": cfg.model_dump(mode="json")}
 
 
-def check_pool(pool: str) -> str:
-    """The pool's type; raises DeploymentError if the Prefect server has no such pool."""
+def check_pool(pool: str) -> None:
+    """Raise DeploymentError if the Prefect server has no such pool."""
     from prefect.client.orchestration import get_client
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
         try:
-            return client.read_work_pool(pool).type
+            client.read_work_pool(pool)
         except ObjectNotFound:
             raise DeploymentError(f"--work-pool {pool}: no such work pool on the Prefect server "
                                   f"(create it: prefect work-pool create {pool} --type process)") from None

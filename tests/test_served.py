@@ -184,3 +184,26 @@ def tracked_as_summary(uri: str, run: Path, summary: dict) -> None:
     assert [s for s, _ in history("trainer/student/sft/loss")] == [1, 2, 3, 4]  # the trainer's logged steps
     experiment = client.get_experiment_by_name("flywheel")
     assert [r.info.run_id for r in client.search_runs([experiment.experiment_id])] == [run_id]
+
+
+def test_served_players_are_asked_for_their_paths_as_their_weights_read(tiny_models_dir, tmp_path):
+    """What a run resolves for openai players that name a path and no model: each target version
+    asked for by its checkpoint folder, the judge's model by its own path, both in raw text (the
+    tiny models have no chat template); a player with a model name keeps it and chats."""
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.ground.store import RunStore
+    from flywheel.worlds.world import Roster
+
+    tree = served_tree(tiny_models_dir, tmp_path / "runs", 8000)
+    tree["judge"] = {"kind": "llm", "player": {"name": "judge", "kind": "openai", "path": str(tiny_models_dir / "calc"),
+                                               "base_urls": ["http://127.0.0.1:8000/v1"]}}
+    tree["opponents"].append({"name": "named", "kind": "openai", "model": "gpt-x", "base_urls": ["http://x:1/v1"]})
+    cfg = FlywheelConfig.model_validate(tree)
+    store = RunStore(tmp_path / "run")
+    roster = Roster(cfg, store)
+    version = roster.build(cfg.targets[0], "student@1")
+    assert (version.model, version.chat) == (str(store.model_dir("student@1").resolve()), False)
+    judge = roster.build(cfg.judge.player, "judge")
+    assert (judge.model, judge.chat) == (str((tiny_models_dir / "calc").resolve()), False)
+    named = roster.build(cfg.opponents[-1], "named")
+    assert (named.model, named.chat) == ("gpt-x", True)

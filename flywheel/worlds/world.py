@@ -87,6 +87,13 @@ class PlayerPool:
         self._loaded.clear()
 
 
+def model_asked(pc: PlayerConfig, path: str | None) -> str | None:
+    """The model name an API player is asked for: its ``model``, else (openai, a server that loads
+    checkpoints by path, as transformers serve does) the absolute path of its weights: a target's
+    version, its checkpoint folder."""
+    return pc.model or (str(Path(path).resolve()) if pc.kind == "openai" and path else None)
+
+
 @dataclass
 class Roster:
     """Maps arena names (``calc``, ``student@2``) to player configs, paths and loaded players."""
@@ -152,10 +159,7 @@ class Roster:
     def api_model(self, player: str) -> str | None:
         pc = self.config(player)
         k = PlayerVersion.parse(player).k
-        if pc.serve_lora and k:
-            return player
-        # unset: a server that loads checkpoints by path (transformers serve) is asked for the version's folder
-        return pc.model or (str(Path(self.path(player)).resolve()) if pc.kind == "openai" else None)
+        return player if (pc.serve_lora and k) else model_asked(pc, self.path(player))
 
     def params(self, player: str) -> SamplingParams:
         pc = self.config(player)
@@ -194,11 +198,9 @@ class Roster:
         in_arena = PlayerVersion.parse(name).name in self._by_name
         if in_arena:
             path, model, chat = self.path(name), self.api_model(name), self.is_chat(name)
-        else:  # the judge's model, an asker
-            path, model, chat = pc.path, pc.model, True
-            if pc.kind == "openai" and pc.path:
-                model = model or str(Path(pc.path).resolve())
-                chat = uses_chat(template_of(pc.path), pc.chat, name)
+        else:  # the judge's model, an asker: asked as its own path reads, where it has one
+            path, model = pc.path, model_asked(pc, pc.path)
+            chat = uses_chat(template_of(pc.path), pc.chat, name) if pc.kind == "openai" and pc.path else True
         setup = PlayerSetup(path=path, model=model, budget=self.budget, seed=self.cfg.run.seed, chat=chat,
                             gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
         return player_from_config(pc, name, setup)
