@@ -47,14 +47,14 @@ GOALS = {"overall": (">=", 0.0), "worst_category": (">=", 0.9), "forgetting": ("
          "worst_step": ("<=", 0.02)}
 
 
-def run_once(seed: int, overrides: list[str], root: Path) -> dict:
-    """One run of the embedded default; returns its summary.json."""
+def run_once(seed: int, overrides: list[str], root: Path, config: Path | None = None) -> dict:
+    """One run of ``config`` (default: the embedded default); returns its summary.json."""
     from flywheel.ground.config_io import load_config
     from flywheel.stages.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from flywheel.worlds.tinymodels import bootstrap
 
-    cfg = load_config(None, [*overrides, f"run.seed={seed}", f"run.root={root}"])
+    cfg = load_config(config, [*overrides, f"run.seed={seed}", f"run.root={root}"])
     bootstrap(cfg.world)
     ctx = open_run(cfg)
     try:

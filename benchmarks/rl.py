@@ -64,7 +64,7 @@ GRPO = ["train.rl.reward=verifier", "train.rl.generations=8", "train.rl.temperat
         "train.rl.learning_rate=2e-5"]
 
 
-def arms() -> dict[str, list[str]]:
+def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     """Each arm's overrides of the embedded default (4 iterations, the last one's method varies).
     ``rl`` is the RL recipe (``flows/recipes/rl.yaml``); ``grpo`` GRPO with dynamic sampling (the
     prompts whose sampled answers differ), ``grpo-plain`` without it; ``rloo``; ``expert`` expert
@@ -74,18 +74,22 @@ def arms() -> dict[str, list[str]]:
     failed answers. ``rm`` and ``rm-control`` ask how much of the verifier's gain survives when the
     judge is seen only through a reward model: both train a reward model in the iteration before
     their GRPO one (the target carried forward there); ``rm`` then learns from the model's rewards,
-    ``rm-control`` from the verifier's."""
-    def last(method: str) -> str:
-        return "train.schedule=[sft, sft, sft, " + method + "]"
+    ``rm-control`` from the verifier's.
 
-    rm = "train.schedule=[sft, sft, reward, grpo]"
-    return {"sft": [], "rl": recipe_overrides(), "grpo": [*GRPO, last("grpo")],
+    With ``recipe`` (``--recipe``: every arm starts from a recipe of ``iterations`` iterations
+    instead of the embedded default), ``rl`` is that recipe as written and ``sft`` imitates in
+    every iteration."""
+    def last(*methods: str) -> str:
+        return "train.schedule=[" + ", ".join(["sft"] * (iterations - len(methods)) + list(methods)) + "]"
+
+    return {"sft": [last("sft")] if recipe else [], "rl": [] if recipe else recipe_overrides(),
+            "grpo": [*GRPO, last("grpo")],
             "grpo-plain": [*GRPO, last("grpo"), "train.rl.dynamic_sampling=false"],
             "rloo": [*GRPO, last("rloo")], "expert": [*GRPO, last("sft+expert")],
             "expert-train": [*GRPO, last("sft+expert"), "train.rl.prompts=train"],
             "expert-every": [*GRPO, "train.schedule=[sft+expert]"],
             "odpo": [*GRPO, last("sft+onpolicy_dpo")],
-            "rm": [*GRPO, rm, "train.rl.reward=reward_model"], "rm-control": [*GRPO, rm]}
+            "rm": [*GRPO, last("reward", "grpo"), "train.rl.reward=reward_model"], "rm-control": [*GRPO, last("reward", "grpo")]}
 
 
 ARMS = arms()
@@ -136,9 +140,9 @@ def own_answers(summary: dict, target: str, steps: int) -> str:
     return "; " + ", ".join(parts) + f", {answers} answers generated, {answers / max(steps, 1):.1f} per optimizer step"
 
 
-def timed_run(seed: int, overrides: list[str], root: Path) -> tuple[dict, float]:
+def timed_run(seed: int, overrides: list[str], root: Path, config: Path | None = None) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    summary = run_once(seed, overrides, root)
+    summary = run_once(seed, overrides, root, config)
     return summary, time.perf_counter() - t0
 
 
@@ -146,8 +150,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", nargs="+", default=["0"], help="run seeds, run.seed (default 0)")
     add_world_args(ap)
-    ap.add_argument("--budgets", default="1200", help="train.steps values, comma-separated (default 1200)")
+    ap.add_argument("--budgets", default=None,
+                    help="train.steps values, comma-separated (default: the config's, 1200 for the embedded default)")
     ap.add_argument("--arms", default="sft,rl", help=f"arms, comma-separated, from {', '.join(ARMS)} (default sft,rl)")
+    ap.add_argument("--recipe", type=Path, default=None,
+                    help="a recipe every arm starts from instead of the embedded default (its rl arm is the recipe "
+                         "as written, its sft arm imitates in every iteration), e.g. flows/recipes/smollm2_rl.yaml")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="an override for both arms")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
@@ -157,22 +165,27 @@ def main() -> None:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
     worlds = worlds_of(args)  # --registered sets the seeds too
-    seeds, budgets, common = parse_seeds(args.seeds), [int(b) for b in args.budgets.split(",")], list(args.overrides)
-    chosen = {a: ARMS[a] for a in args.arms.split(",")}
+    seeds, common = parse_seeds(args.seeds), list(args.overrides)
     if args.quick:
-        seeds, common, budgets = seeds[:1], common + QUICK[:1], [300]
+        seeds, common, args.budgets = seeds[:1], common + QUICK[:1], "300"
     from flywheel.ground.config_io import load_config
     from flywheel.worlds.tinymodels import bootstrap
 
+    base_cfg = load_config(args.recipe, common)
+    iterations = base_cfg.run.iterations
+    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else [base_cfg.train.steps]
+    every = arms(iterations, recipe=args.recipe is not None)
+    chosen = {a: every[a] for a in args.arms.split(",")}
     for w in worlds:
-        bootstrap(load_config(None, [*common, *w.overrides()]).world)
-    print(f"arms: {'; '.join(f'{a}: ' + (' '.join(o) or 'the embedded default') for a, o in chosen.items())}; "
+        bootstrap(load_config(args.recipe, [*common, *w.overrides()]).world)
+    base = str(args.recipe) if args.recipe else "the embedded default"
+    print(f"arms: {'; '.join(f'{a}: ' + (' '.join(o) or base) for a, o in chosen.items())}; "
           f"budgets (train.steps) {budgets}; "
           f"run seeds {seeds} on {describe(worlds)}", flush=True)
     jobs = [(arm, b, w, s) for b in budgets for w in worlds for s in seeds for arm in chosen]
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
         done = run_all(timed_run, [(s, [*common, *chosen[arm], f"train.steps={b}", *w.overrides(),
-                                        f"run.name={arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"], Path(tmp))
+                                        f"run.name={arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"], Path(tmp), args.recipe)
                                    for arm, b, w, s in jobs], args.jobs)
     results = {(arm, b, w, s): r for (arm, b, w, s), r in zip(jobs, done)}
     last_ratio = None

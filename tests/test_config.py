@@ -80,7 +80,8 @@ def test_the_shipped_recipes_load():
     assert [rl.train.method_of(k) for k in (1, 3, 4, 9)] == ["sft", "sft", "sft+expert", "sft+expert"]
     assert rl.model_copy(update={"train": FlywheelConfig().train}) == FlywheelConfig()  # only train differs
     smol = load_config(ROOT / "flows/recipes/smollm2_rl.yaml")
-    assert smol.train.schedule == ["sft", "grpo"] and smol.train.rl.reward == "verifier" and smol.train.lora
+    assert smol.train.schedule == ["sft", "sft+expert"] and smol.train.rl.reward == "verifier" and smol.train.lora
+    assert smol.train.rl.prompts == "train"
     big = load_config(ROOT / "flows/recipes/vllm_api_rl.yaml")
     assert big.train.rl.reward == "judge" and big.train.rl.use_vllm and big.judge.kind == "llm"
 
