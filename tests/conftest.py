@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -182,6 +185,44 @@ def prefect_api(tmp_path_factory):
         return
     yield api
     stop(server)
+
+
+@contextmanager
+def on_server(api: str | None) -> Iterator[None]:
+    """In-process flows report to ``api``, the session's Prefect server, for the block (a
+    temporary server of their own, ~10 s to start here, where the session's did not come up);
+    what the flows logged and announced is sent before the block ends."""
+    import prefect.context
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    if api is None:
+        from prefect.testing.utilities import prefect_test_harness
+
+        with prefect_test_harness(server_startup_timeout=120):
+            yield
+        return
+
+    async def drain() -> None:
+        for pending in (APILogWorker.instance().drain(), EventsWorker.drain_all()):
+            if inspect.isawaitable(pending):
+                await pending
+
+    with temporary_settings(updates={PREFECT_API_URL: api}), \
+            prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()):
+        try:
+            yield
+        finally:
+            run_coro_as_sync(drain())
+
+
+@pytest.fixture(scope="module")
+def harness(prefect_api) -> Iterator[None]:
+    """The module's in-process flows report to the session's Prefect server."""
+    with on_server(prefect_api):
+        yield
 
 
 @pytest.fixture

@@ -158,11 +158,3 @@ def test_vllm_asks_chat_models_through_llm_chat(monkeypatch):
     assert calls[-1][0] == "generate" and calls[-1][1] == ["12+3="]
     with pytest.raises(ChatTemplateMissing):
         create_player("vllm", "v", path="/w/v", chat="on")
-
-
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.flywheel_flow import flywheel
 from flywheel.games.rules import parse_position
@@ -36,11 +35,10 @@ def games_tree(tmp_path, **over) -> dict:
 
 
 @pytest.fixture(scope="module")
-def game_run(tmp_path_factory):
+def game_run(tmp_path_factory, harness):
     tmp = tmp_path_factory.mktemp("games")
-    with prefect_test_harness(server_startup_timeout=120):
-        cfg = FlywheelConfig.model_validate(games_tree(tmp))
-        flywheel(cfg.model_dump(mode="json"))
+    cfg = FlywheelConfig.model_validate(games_tree(tmp))
+    flywheel(cfg.model_dump(mode="json"))
     return RunStore(tmp / "runs" / "ttt")
 
 

@@ -202,8 +202,8 @@ def test_grpo_arguments_for_a_cuda_machine_sample_through_vllm():
 
 
 def run_tiny(tiny_models_dir, tmp_path, name, **over):
+    """A tiny run of the flow in this process; call it from a test that asks for ``harness``."""
     import yaml
-    from prefect.testing.utilities import prefect_test_harness
 
     from flows.flywheel_flow import flywheel
     from flywheel.ground.config_io import load_config
@@ -212,12 +212,11 @@ def run_tiny(tiny_models_dir, tmp_path, name, **over):
     path = tmp_path / f"{name}.yaml"
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name=name, **over)
     path.write_text(yaml.safe_dump(tree))
-    with prefect_test_harness(server_startup_timeout=120):
-        flywheel(load_config(path).model_dump(mode="json"))
+    flywheel(load_config(path).model_dump(mode="json"))
     return tmp_path / name
 
 
-def test_sft_then_a_reward_model_then_grpo_on_its_rewards(tiny_models_dir, tmp_path):
+def test_sft_then_a_reward_model_then_grpo_on_its_rewards(tiny_models_dir, tmp_path, harness):
     """train.schedule [sft, reward, grpo]: iteration 1 imitates; iteration 2 trains a reward model
     on the judged pairs (its pair accuracy measured on validation pairs) and carries the target
     forward; iteration 3 learns from that model's rewards on the prompts its bandit chose, and its
@@ -245,7 +244,7 @@ def test_sft_then_a_reward_model_then_grpo_on_its_rewards(tiny_models_dir, tmp_p
     assert "# GRPO rollouts, iteration 3" in (run / "iter-0003" / "rollouts" / "README.md").read_text()
 
 
-def test_grpo_rewarded_by_an_api_judge_that_fails_sometimes(tiny_models_dir, tmp_path):
+def test_grpo_rewarded_by_an_api_judge_that_fails_sometimes(tiny_models_dir, tmp_path, harness):
     """The LLM judge (a loopback OpenAI-compatible server) as GRPO's reward: calls about an answer
     with a "q" in it fail for good (after their retries), others pass after transient faults. The
     run completes; every failed reward is recorded with its error and never scored."""

@@ -187,7 +187,7 @@ def test_grpo_on_conversations_is_no_longer_refused_but_a_reward_blind_to_histor
         "reward_model (it reads the history)"), got.output
 
 
-def test_a_tiny_two_turn_run_learns_with_sft_then_grpo_on_both_turns(tiny_models_dir, tmp_path):
+def test_a_tiny_two_turn_run_learns_with_sft_then_grpo_on_both_turns(tiny_models_dir, tmp_path, harness):
     """A real run: two-turn battles with the procedural asker, then SFT and GRPO (verifier reward).
     Its rollouts hold turn-2 answers, asked after the target's own turn-1 answers, each row saying
     its turn; no eval or validation task is among them."""
