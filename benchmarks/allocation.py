@@ -34,10 +34,10 @@ median and geometric mean (95% CI) over all of them, for each control. The last 
 ``ratio: X``, selective against uniform, the median over seeds and worlds.
 
 Worlds (benchmarks/worlds.py): each run seed runs on each task suite (``--suites``,
-``world.tasks.seed``) and pre-training (``--pretrainings``, ``world.seed``) named. A world is held
-out when its prompts or its pre-trained models differ from the tuning world's (suite 1234,
-pre-training 0), on which the embedded default's settings were chosen; its tiny models are
-pre-trained into ``<--models-root>/suite<S>-pretraining<P>`` (kept between runs).
+``world.tasks.seed``) and pre-training (``--pretrainings``, ``world.seed``) named. Which worlds are
+tuning (the embedded default's settings were chosen on suite 1234, pre-training 0) and which held
+out is the registry's word (benchmarks/worlds.yaml), and each world is labelled from it; its tiny
+models are pre-trained into ``<--models-root>/suite<S>-pretraining<P>`` (kept between runs).
 
 The run settings the figures depend on beyond the flags are pinned in :data:`MEASURED_WITH` (as
 the published figures were measured: before the embedded default's self-distillation, promotion
@@ -51,7 +51,7 @@ before this benchmark was run on any seed; defaults are checked on seeds 0-4 of 
     python -m benchmarks.allocation [--seeds 0,1,2,3,4] [--suites 1234] [--pretrainings 0]
                                     [--iterations 3] [--steps 150] [--battles 600]
                                     [--policy selective|proportional|successive-halving] [--signal accuracy|loss]
-    python -m benchmarks.allocation --suites 99 --pretrainings 7      # a held-out world
+    python -m benchmarks.allocation --suites 99 --pretrainings 7      # a world not yet registered
     python -m benchmarks.allocation --quick --jobs 1  # 2 seeds, 2 iterations, 80 steps, 300 battles
 
 Iterations run through flywheel.stages.iteration.run_to, as the Prefect flow runs them (every
@@ -250,8 +250,7 @@ def main() -> None:
     per_world: dict[tuple[World, str], list[tuple[float, str]]] = {}
     budgets: list[int] = []
     for w in worlds:
-        print(f"\n{w.label}: {'held out' if w.held_out else 'the tuning world (not held out)'}; "
-              f"models {w.models_dir}")
+        print(f"\n{w.label}; models {w.models_dir}")
         for s in seeds:
             curves = {a: results[a, w, s][0] for a in arms}
             budgets = [b for b, _, _ in curves["uniform"]]

@@ -39,10 +39,10 @@
    The eval split is always the suite's.
 
 Every run seed runs on every world (``--suites`` x ``--pretrainings``; benchmarks/worlds.py). The
-selection defaults were chosen on suite 1234, pre-training 0; other suites and pre-trainings are
-held out (new prompts, new pre-trained models).
+selection defaults were chosen on suite 1234, pre-training 0; which worlds are tuning and which held
+out is the registry's word (benchmarks/worlds.yaml), and each row is labelled from it.
 
-    python -m benchmarks.bandits --scenario balanced --suites 7 --pretrainings 1 --seeds 0,1   # held out
+    python -m benchmarks.bandits --scenario balanced --suites 31 --pretrainings 2 --seeds 0,1   # held out
     python -m benchmarks.bandits --scenario realistic --variant before-self-distillation
     python -m benchmarks.bandits --rewards yield,learnability,validation-progress --arms both,prompts,opponents
     python -m benchmarks.bandits --floors 0.5,auto   # the fixed prompt floor against the adaptive one

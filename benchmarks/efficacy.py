@@ -11,7 +11,7 @@ after each iteration is compared with the opponents:
 - ``worst step``: the largest fall of overall accuracy from one in-use version to the next
   (goal: <= 0.02).
 
-Per run one line per goal, then, for the tuning world and for the held-out worlds apart, the mean
+Per run one line per goal, then, for the tuning worlds and for the held-out worlds apart, the mean
 with a 95% CI over the runs and how many runs meet each goal; then per category, pooled over the
 runs, the in-use version's accuracy at iteration 0 and at the end beside the best opponent's, the
 chance that a model exactly as good as the best opponent there would pass the 90% bar on one run's
@@ -20,10 +20,11 @@ forgetting goal's 2 points of it (what the eval split can resolve).
 
 Every run seed (``--seeds``, run.seed) runs on every world: task suite (``--suites``,
 world.tasks.seed) times pre-training (``--pretrainings``, world.seed); see benchmarks/worlds.py.
-The defaults were chosen on suite 1234 and pre-training 0 (run seeds 0-4); a suite or pre-training
-other than those is held out: new prompts, new pre-trained models.
+The defaults were chosen on suite 1234 and pre-training 0 (run seeds 0-4); which worlds are tuning
+and which held out (new prompts, new pre-trained models, nothing chosen there) is the registry's
+word, benchmarks/worlds.yaml, and each row is labelled from it.
 
-    python -m benchmarks.efficacy --suites 7,99 --pretrainings 1 --seeds 0,1,2   # held out: ~4 min a run
+    python -m benchmarks.efficacy --suites 7,99 --pretrainings 2 --seeds 0,1,2   # held out: ~4 min a run
     python -m benchmarks.efficacy --set curate.include_target_wins=false          # an ablation (tuning world)
     python -m benchmarks.efficacy --quick      # 2 seeds, 2 iterations, 300 steps
 """
@@ -160,7 +161,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-efficacy-") as tmp:
         summaries = run_all(run_once, [(s, [*overrides, *w.overrides(), f"run.name=t{w.suite}-w{w.pretraining}-s{s}"],
                                         Path(tmp)) for w, s in runs], args.jobs)
-    per: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}  # tuning world's runs, held-out worlds' runs
+    per: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}  # tuning worlds' runs, held-out worlds' runs
     for (w, seed), summary in zip(runs, summaries):
         for target in summary["targets"]:
             f = figures(summary, target)
@@ -174,7 +175,7 @@ def main() -> None:
     for held_out, figs in per.items():
         if not figs:
             continue
-        print(f"\n{'held-out worlds' if held_out else 'the tuning world'} ({len(figs['overall'])} runs)")
+        print(f"\n{'held-out worlds' if held_out else 'tuning worlds'} ({len(figs['overall'])} runs)")
         print(f"{'goal':<16}{'target':>10}{'mean +- 95% CI':>20}{'runs meeting it':>20}")
         for name, (op, goal) in GOALS.items():
             m, h = mean_ci(figs[name])
@@ -184,7 +185,7 @@ def main() -> None:
     for held_out in (False, True):
         these = [summary for (w, _), summary in zip(runs, summaries) if w.held_out == held_out]
         if these:
-            print(f"\n-- {'held-out worlds' if held_out else 'the tuning world'} --")
+            print(f"\n-- {'held-out worlds' if held_out else 'tuning worlds'} --")
             category_table(these, cfg)
 
 

@@ -15,7 +15,7 @@ with its own pre-training loop (AdamW, batch 64, ``--steps``). Two figures per m
   the bot's own self-play score on the same deals (mean +- 95% normal interval).
 
 ``--order`` renders the views as the game does (``fireworks-first``) or as it did before, for the
-comparisons in docs/benchmarks.md#hanabi-the-cooperative-recipe: ``unmarked``, fireworks first but
+comparisons in docs/benchmarks/hanabi.md: ``unmarked``, fireworks first but
 without the marks of playable cards (a card's mark is only what its seat was told, and ``++`` never
 stands for a card of mine that I know is playable); ``fireworks-last``, unmarked and with the
 fireworks last (``hb <next seat's cards> <its marks> <my knowledge> <fireworks' heights> ...``).

@@ -1,9 +1,12 @@
 """The worlds a learning benchmark runs on: a task suite (``world.tasks.seed``) and a pre-training
 (``world.seed``), beside the run's own seed.
 
-Held out means new prompts and new pre-trained models, not only another run seed. The embedded
-default's settings were chosen on one world, :data:`TUNING` (suite 1234, pre-training 0); a figure
-reported on any other suite or pre-training was not used for choosing. Every learning benchmark
+Held out means new prompts and new pre-trained models, not only another run seed. The registry,
+``benchmarks/worlds.yaml``, says which worlds are which: the tuning worlds, each with the choice it
+steered (the embedded default's settings were chosen on :data:`TUNING`, suite 1234, pre-training 0),
+and the held-out worlds, each with when it was registered and first run. A world that steers any
+choice moves to tuning. Rows are labelled from the registry (:func:`standing`), never by hand; a
+world it does not name counts as held out and says it is not registered. Every learning benchmark
 takes ``--suites`` and ``--pretrainings`` and runs each run seed on each world (their product);
 each world's tiny models are pre-trained once into their own folder under ``--models-root``
 (kept between runs: ``bootstrap`` rebuilds only what is missing or stale).
@@ -29,14 +32,18 @@ class World:
     models_root: Path
 
     @property
+    def key(self) -> tuple:
+        """This world's key in the registry (see :func:`world_key`)."""
+        return world_key({"suite": self.suite, "pretraining": self.pretraining})
+
+    @property
     def held_out(self) -> bool:
-        return (self.suite, self.pretraining) != TUNING
+        """Whether no choice was steered on this world (the registry lists it as tuning otherwise)."""
+        return not is_tuning(self.key)
 
     @property
     def label(self) -> str:
-        new = [what for what, same in (("prompts", self.suite == TUNING[0]), ("pre-training", self.pretraining == TUNING[1]))
-               if not same]
-        return f"suite {self.suite} / pre-training {self.pretraining} ({'new ' + ' and '.join(new) if new else 'tuning'})"
+        return f"suite {self.suite} / pre-training {self.pretraining} ({standing(self.key)})"
 
     @property
     def models_dir(self) -> Path:
@@ -50,17 +57,55 @@ class World:
 REGISTRY = Path(__file__).with_name("worlds.yaml")
 
 
+KEY_FIELDS = ("suite", "pretraining", "deals", "threads")  # what tells one world from another, after its kind
+
+
 def registry() -> dict:
-    """The registry of worlds (``benchmarks/worlds.yaml``): tuning worlds, and held-out worlds with
-    the purpose and run seeds they were registered for before they were run."""
+    """The registry of worlds (``benchmarks/worlds.yaml``): tuning worlds with the choice each
+    steered, and held-out worlds with the purpose and run seeds they were registered for."""
     import yaml
 
     return yaml.safe_load(REGISTRY.read_text())
 
 
+def world_key(entry: dict) -> tuple:
+    """A registry entry's world: its kind (``world``: ``tasks`` where none is named, ``multiturn``,
+    ``tictactoe``, ``hanabi``), then suite, pre-training, deals and threads (None where absent)."""
+    return (entry.get("world", "tasks"), *(entry.get(f) for f in KEY_FIELDS))
+
+
+def entry_of(key: tuple, reg: dict | None = None) -> tuple[str, dict] | None:
+    """``("tuning" | "held_out", entry)`` for the world ``key``, or None where the registry does not
+    name it (a world named in both lists is an error: the tuning entry wins, and the registry's
+    test fails)."""
+    reg = registry() if reg is None else reg
+    for side in ("tuning", "held_out"):
+        for entry in reg.get(side) or []:
+            if world_key(entry) == key:
+                return side, entry
+    return None
+
+
+def is_tuning(key: tuple, reg: dict | None = None) -> bool:
+    found = entry_of(key, reg)
+    return found is not None and found[0] == "tuning"
+
+
+def standing(key: tuple, reg: dict | None = None) -> str:
+    """How the registry labels a world: ``tuning: steered X``, ``held out, registered R; first run
+    C``, or that it is not registered."""
+    found = entry_of(key, reg)
+    if found is None:
+        return "not in the registry: register it in benchmarks/worlds.yaml before reporting it as held out"
+    side, entry = found
+    if side == "tuning":
+        return f"tuning: steered {entry['steered']}"
+    return f"held out, registered {entry['registered']}; first run {entry.get('first_run', 'not yet')}"
+
+
 def registered(purpose: str) -> tuple[list[tuple[int, int]], list[int]]:
     """The (suite, pre-training) pairs registered as held out for ``purpose``, and their run seeds."""
-    rows = [w for w in registry()["held_out"] if w["purpose"] == purpose]
+    rows = [w for w in registry()["held_out"] if w.get("purpose") == purpose]
     if not rows:
         raise SystemExit(f"--registered {purpose}: no held-out world is registered for it in {REGISTRY}")
     return [(w["suite"], w["pretraining"]) for w in rows], sorted({s for w in rows for s in w["seeds"]})
@@ -92,4 +137,4 @@ def worlds_of(args: argparse.Namespace) -> list[World]:
 def describe(worlds: list[World]) -> str:
     held = sum(w.held_out for w in worlds)
     return (f"{len(worlds)} world(s): " + "; ".join(w.label for w in worlds)
-            + f"; {held} held out (their prompts or pre-trained models chose no default)")
+            + f"; {held} held out, {len(worlds) - held} tuning ({REGISTRY.name})")

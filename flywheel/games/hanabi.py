@@ -29,11 +29,11 @@ my four cards I know the first is red, and what I was told of the second (a 1) p
 (``++``); 8 hint tokens, 3 lives; 12 cards in the deck". The marks spare a reader matching each
 card against the fireworks, which a 2-layer character model learns late or never: with them the
 Hanabi recipe's tiny model names more of the cautious bot's moves, and partners it on runs where
-it did not without them (docs/benchmarks.md#hanabi-the-cooperative-recipe). The
+it did not without them (docs/benchmarks/hanabi.md). The
 fireworks come first, written as the card each needs next (``r5`` once a 4-rank red is complete),
 so that a model reading left to right can tell whether a card is playable as it reads the card:
 with this order the Hanabi recipe's tiny model learns to partner the cautious bot, with the
-fireworks last it did not (docs/benchmarks.md#hanabi-the-cooperative-recipe). The verbose style describes it in English for instruct LLMs
+fireworks last it did not (docs/benchmarks/hanabi.md). The verbose style describes it in English for instruct LLMs
 and ends with the terse key, which every player parses (``parse_view``).
 """
 
