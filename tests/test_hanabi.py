@@ -176,6 +176,7 @@ def _battle(deal: str, a: str, b: str, ra: str, rb: str, bid: str = "x") -> Batt
 
 
 def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
+    from flywheel.games.hanabi_knowledge import fault
     from flywheel.ground.config import GamesConfig
     from flywheel.learning.hanabi_curation import better_move, curate_hanabi
 
@@ -183,7 +184,7 @@ def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
     st, moves, views = parse_deal(deal), [], set()
     while not st.over():
         moves.append(cautious_move(parse_view(st.text())))
-        if st.blunder(moves[-1]) is None:  # a winner's wrong move is not learnt either
+        if fault(st, moves[-1]) is None:  # a winner's wrong move is not learnt either
             views.add(st.text())
         st = st.play(moves[-1])
     blunders = parse_deal(deal)
@@ -202,12 +203,13 @@ def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
     assert {r.prompt for r in won} == views - {r.prompt for r in rules} and len(won) < len(views)
     first = parse_deal(deal)  # student@1 sits in seat 0 and moved first
     assert rules[0].prompt == first.text() and rules[0].completion == better_move(first) != rec[0]
-    assert first.blunder(better_move(first)) is None
+    assert fault(first, better_move(first)) is None and first.blunder(rec[0]) == "misplay"
     assert [(p.chosen, p.rejected, p.rejected_model) for p in cur.dpo][0] == (better_move(first), rec[0], "student@1")
     assert len(cur.dpo) == len(rules)
     cornered = replace(first, hints=0, hands=(("r3", "y3", "r2"),) + first.hands[1:], discards=("r2",),
-                       fireworks=(0, 0))  # every card unplayable and the last of its kind, no hint token
-    assert all(cornered.blunder(m) for m in cornered.legal_moves()) and better_move(cornered) is None
+                       knowledge=(("r3", "y3", "r2"),) + first.knowledge[1:], fireworks=(0, 0))
+    # every card unplayable and the last of its kind, and the seat was told so; no hint token
+    assert all(fault(cornered, m) for m in cornered.legal_moves()) and better_move(cornered) is None
     held = curate_hanabi([battle], {"x": verdict}, ["student"], {deal}, GamesConfig(games=["hanabi"]))
     assert not held.sft and not held.dpo and held.dropped["contaminated"] == 1  # held-out deals are never learnt
 
@@ -300,7 +302,7 @@ def test_the_partner_is_the_bandit_arm_of_a_team_battle():
     assert _opponent(b, "student@2") == _opponent(b, "student") == SELF
 
 
-def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tmp_path, cli_env):
+def test_bad_hanabi_sizes_partners_and_labels_are_one_error_before_any_run_directory(tmp_path, cli_env):
     from typer.testing import CliRunner
 
     from flywheel.face.cli import app
@@ -319,6 +321,8 @@ def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tm
              (["--set", "world.games.hanabi.players=4", "--set", "world.games.hanabi.hand=4"],
               "world.games.hanabi: a view of 4 seats with 5 colours and hands of 4 is up to 68 characters, 71 with "
               "a move, but the tiny models (world.models) read 64"),
+             (["--set", "world.games.hanabi.labels=hidden"],
+              "world.games.hanabi.labels: Input should be 'knowledge' or 'hidden_card'"),
              (["--set", "world.games.prompt=verbose"],
               "world.games.prompt: verbose describes positions in English for instruct LLMs, but the tiny models"),
              (["--set", "world.games.hanabi.teams=[[cautious, nobody]]"],
@@ -327,6 +331,8 @@ def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tm
         got = CliRunner().invoke(app, ["check", *base, *extra])
         assert got.exit_code == 2 and got.stderr.startswith("error: ") and says in got.stderr, got.output
         assert "Traceback" not in got.output
+    asked = CliRunner().invoke(app, ["check", *base, "--set", "world.games.hanabi.labels=hidden_card"])
+    assert asked.exit_code == 0, asked.output  # the labels that read the seat's own cards, when asked for
     proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *base, *cases[-1][0]], capture_output=True,
                           text=True, env=cli_env, timeout=120)
     assert proc.returncode == 2 and cases[-1][1] in proc.stderr and "Traceback" not in proc.stderr

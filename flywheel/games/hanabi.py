@@ -28,13 +28,13 @@ third cards are playable now (each card is followed by what its seat was told of
 my four cards I know the first is red, and what I was told of the second (a 1) proves it playable
 (``++``); 8 hint tokens, 3 lives; 12 cards in the deck". The marks spare a reader matching each
 card against the fireworks, which a 2-layer character model learns late or never: with them the
-Hanabi recipe's tiny model names more of the cautious bot's moves, and partners it on runs where
-it did not without them (docs/benchmarks/hanabi.md). The
-fireworks come first, written as the card each needs next (``r5`` once a 4-rank red is complete),
-so that a model reading left to right can tell whether a card is playable as it reads the card:
-with this order the Hanabi recipe's tiny model learns to partner the cautious bot, with the
-fireworks last it did not (docs/benchmarks/hanabi.md). The verbose style describes it in English for instruct LLMs
-and ends with the terse key, which every player parses (``parse_view``).
+Hanabi recipe's tiny model names more of the cautious bot's moves, and partners it on runs where it
+did not without them (docs/benchmarks/hanabi.md). The fireworks come
+first, written as the card each needs next (``r5`` once a 4-rank red is complete), so that a model
+reading left to right can tell whether a card is playable as it reads the card: with this order
+the Hanabi recipe's tiny model learns to partner the cautious bot, with the fireworks last it did
+not (docs/benchmarks/hanabi.md). The verbose style describes it in English
+for instruct LLMs and ends with the terse key, which every player parses (``parse_view``).
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ class State:
         st = self
         if kind == "h":
             r = self.receiver
-            told = tuple(_told(k, card, arg) for k, card in zip(self.knowledge[r], self.hands[r]))
+            told = tuple(learns(k, card, arg) for k, card in zip(self.knowledge[r], self.hands[r]))
             st = replace(self, hints=self.hints - 1, knowledge=_put(self.knowledge, r, told))
         else:
             i = int(arg) - 1
@@ -219,8 +219,8 @@ class State:
         return replace(st, to_move=(s + 1) % self.setup.players, final_turns=final)
 
     def blunder(self, move: str) -> str | None:
-        """What the rules say was wrong with ``move`` here: ``misplay`` (a play that costs a life),
-        ``critical discard`` (the last copy of a card a firework still needs), else None."""
+        """What the seat's own card, which it cannot see, makes of ``move``: ``misplay`` (a play that
+        costs a life), ``critical discard`` (the last copy of a card a firework still needs), else None."""
         if move[0] == "h":
             return None
         card = self.hands[self.to_move][int(move[1:]) - 1]
@@ -236,9 +236,8 @@ class State:
         return move[0] == "p" and not parse_view(self.key()).known_playable(int(move[1:]))
 
     def fault(self, move: str) -> str | None:
-        """What the rules hold against ``move`` here: a ``blunder`` (a misplay, a critical discard),
-        ``gamble`` (a play that succeeds by luck), ``empty hint`` (a hint that tells the next seat
-        nothing it did not know: a token spent for nothing), else None."""
+        """What the rules hold against ``move``, its seat's own card read: a ``blunder``, ``gamble`` (a lucky
+        play), ``empty hint`` (nothing new told). What the seat can tell alone: hanabi_knowledge.py."""
         if (wrong := self.blunder(move)) is not None:
             return wrong
         if self.gamble(move):
@@ -314,7 +313,8 @@ def proves_playable(known: str, fireworks: tuple[int, ...]) -> bool:
     return all(h == int(r) - 1 for h in fireworks)
 
 
-def _told(known: str, card: str, hint: str) -> str:
+def learns(known: str, card: str, hint: str) -> str:
+    """What a seat knows of ``card`` after ``hint``, having known ``known``."""
     if hint.isdigit():
         return known[0] + hint if card[1] == hint else known
     return hint + known[1] if card[0] == hint else known

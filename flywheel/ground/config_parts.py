@@ -159,7 +159,8 @@ class JudgeConfig(Strict):
 
 
 class HanabiConfig(Strict):
-    """Hanabi's size and its eval teams (``world.games.games: [hanabi]``; see flywheel/games/hanabi.py)."""
+    """Hanabi's size, its eval teams and what its training labels read (``world.games.games: [hanabi]``;
+    see flywheel/games/hanabi.py)."""
 
     players: int = Field(2, ge=2, le=5, description="Seats at the table (a team's size).")
     colours: int = Field(5, ge=2, le=5, description="Colours in the deck (r, y, g, b, w: the first this many).")
@@ -171,6 +172,15 @@ class HanabiConfig(Strict):
     teams: list[list[str]] = Field([], description="More teams for the eval leaderboard, each a list of players by "
                                    "seat (targets or opponents, one per seat); each plays every eval deal against "
                                    "every opponent's self-play team.")
+    labels: Literal["knowledge", "hidden_card"] = Field(
+        "knowledge", description="What the curation's rules read when they judge a move: which of a target's "
+        "moves they correct, the move they put in its place, and which of the winners' moves they leave out. "
+        "knowledge: only what the seat knows (what it was told of its own cards, the other hands, the "
+        "fireworks, the discards, the tokens), so a label never rests on a card its view does not show: a "
+        "play its hints do not prove playable, the discard of a card it can tell is the last copy of one a "
+        "firework still needs, a hint that tells nothing new. hidden_card: also the seat's own cards, which "
+        "its view never shows (a play that in fact misplays, the discard of a card that is in fact the last "
+        "copy of one a firework still needs).")
 
     @model_validator(mode="after")
     def _fits(self) -> HanabiConfig:

@@ -4,11 +4,11 @@ Every battle of the iteration with a target in it is replayed by the referee
 (flywheel/games/hanabi_referee.py), both teams on the same deal. Per (target, view), the first
 example of the highest of these three kinds is learnt:
 
-1. Rules: wherever a target's seat made a move the rules hold against (``State.fault``: a misplay
-   that cost a life, the discard of the last copy of a card a firework still needs, a gamble (a
-   play of a card what the seat was told does not prove playable, even one that succeeded), a
-   hint that told the next seat nothing new), in any game it played, won, tied or lost, the better
-   move is learnt there (source ``rules``): the cautious partner's move in that view
+1. Rules: wherever a target's seat made a move the rules hold against (``fault``: a gamble, that
+   is a play of a card what the seat was told does not prove playable, even one that succeeded;
+   the discard of a card it can tell is the last copy of a card a firework still needs; a hint
+   that told the next seat nothing new), in any game it played, won, tied or lost, the better move
+   is learnt there (source ``rules``): the cautious partner's move in that view
    (flywheel/games/hanabi_policy.py) where the rules hold nothing against it, else the first move
    they do not (where there is none, nothing is learnt there). Its DPO pair is (the better move,
    the target's move).
@@ -22,39 +22,48 @@ example of the highest of these three kinds is learnt:
    move it made, but no move the rules hold something against (a lucky gamble learnt as it was
    made teaches the gambling that costs the lives later).
 
-Deals in ``held_out`` (eval and validation) are never learnt (counted as ``contaminated``).
+What the rules hold against a move is judged from what its seat knows (``world.games.hanabi.labels:
+knowledge``, flywheel/games/hanabi_knowledge.py: what it was told of its own cards, the other
+hands, the fireworks, the discards, the tokens), so that no label reads a card the view it is
+paired with does not show; ``labels: hidden_card`` also reads the seat's own card (a play that in
+fact misplays, the discard of a card that is in fact critical: ``State.fault``). Deals in
+``held_out`` (eval and validation) are never learnt (counted as ``contaminated``).
 """
 
 from __future__ import annotations
 
 from flywheel.games.hanabi import State, move_words, parse_view
+from flywheel.games.hanabi_knowledge import fault
 from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.hanabi_referee import replay_duplicate, seats
 from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 from flywheel.learning.curation import Curated
 
-RULES = {"sft": "every move of a target that the rules hold against (a misplay, the discard of a last copy, a "
-                "gamble, an empty hint), corrected; where its team lost to a team with a rule-based partner, that "
-                "partner's move in each of its views; every other move of the team that won a decisive duplicate "
-                "battle with a target in it (the view, the move)",
+RULES = {"sft": "every move of a target that the rules hold against (a gamble, the discard of a last copy, an "
+                "empty hint), corrected; where its team lost to a team with a rule-based partner, that partner's "
+                "move in each of its views; every other move of the team that won a decisive duplicate battle with "
+                "a target in it (the view, the move)",
          "dpo": "(the rules' better move, the target's move) wherever a target made a move the rules hold against"}
+LABELS = {"knowledge": "; the rules judge a move by what its seat knows, never by its own cards",
+          "hidden_card": "; the rules judge a move also by its seat's own cards, which its view does not show"}
 WINNER = {"model_a": "a", "model_b": "b"}
 
 
-def better_move(state: State) -> str | None:
-    """The move the rules put in place of a wrong one: the cautious partner's, where the rules hold
-    nothing against it, else the first legal move they do not; None where there is none (no hint
-    token, and every card unplayable and the last of its kind)."""
+def better_move(state: State, labels: str = "knowledge") -> str | None:
+    """The move the rules (as ``labels`` draws them) put in place of a wrong one: the cautious
+    partner's, where the rules hold nothing against it, else the first legal move they do not; None
+    where there is none (no hint token, and every card unplayable and the last of its kind)."""
     legal = state.legal_moves()
     first = cautious_move(parse_view(state.key()))
-    return next((m for m in [first] + legal if m in legal and state.fault(m) is None), None)
+    return next((m for m in [first] + legal if m in legal and fault(state, m, labels) is None), None)
 
 
 def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], held_out: set[str],
                   games: GamesConfig, references: frozenset[str] = frozenset()) -> Curated:
     """The SFT examples and DPO pairs of an iteration's Hanabi battles (module docstring)."""
     say = move_words if games.prompt == "verbose" else str
+    labels = games.hanabi.labels
     dropped = {"invalid": 0, "failed": 0, "undecided": 0, "contaminated": 0, "duplicate": 0}
     ruled: list[tuple[str, str, str, str, str, Battle]] = []  # (target, view, better, move, player, battle)
     answered: list[tuple[str, str, str, str, Battle]] = []  # (target, view, move, source, battle): kinds 2, 3
@@ -81,8 +90,8 @@ def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets
             for ply in game.plies:
                 player, state = who[ply.state.to_move], ply.state
                 view, mine = state.text(games.prompt), base_name(player) in targets
-                wrong = state.fault(ply.move) is not None
-                if mine and wrong and (right := better_move(state)) is not None:
+                wrong = fault(state, ply.move, labels) is not None
+                if mine and wrong and (right := better_move(state, labels)) is not None:
                     ruled.append((base_name(player), view, right, ply.move, player, b))
                 elif mine and lost and beaten_by is not None:
                     answered.append((base_name(player), view, cautious_move(parse_view(state.key())), beaten_by, b))

@@ -12,6 +12,7 @@ from flywheel.learning.game_curation import MISSED as GAME_MISSED
 from flywheel.learning.game_curation import RULES as GAME_RULES
 from flywheel.learning.game_curation import TACTICS as GAME_TACTICS
 from flywheel.learning.game_curation import curate_games
+from flywheel.learning.hanabi_curation import LABELS as HANABI_LABELS
 from flywheel.learning.hanabi_curation import RULES as HANABI_RULES
 from flywheel.learning.hanabi_curation import curate_hanabi
 from flywheel.stages.context import Context, stage
@@ -55,8 +56,9 @@ def curate_datasets(ctx: Context, k: int) -> CurateResult:
     systems = {t: ctx.roster.config(t).system_prompt for t in ctx.roster.targets} if chat else None
     counts = {}
     games = ctx.cfg.world.games if ctx.cfg.world.kind == "games" else None
+    labelled = HANABI_LABELS[ctx.cfg.world.games.hanabi.labels] if hanabi else ""  # what the rules read
     for kind, rows, cols in (("sft", cur.sft, SFT_COLUMNS), ("dpo", cur.dpo, DPO_COLUMNS)):
-        rule = HANABI_RULES[kind] if hanabi else None if games is None else (
+        rule = HANABI_RULES[kind] + labelled if hanabi else None if games is None else (
             GAME_RULES[kind] + (GAME_MISSED[kind] if games.missed_moves else "")
             + (GAME_TACTICS[kind] if games.tactics else "")
             + ("; each also in every rotation and reflection of its board" if games.symmetries else ""))
