@@ -266,6 +266,14 @@ def test_the_run_report_gives_each_turns_accuracy():
                                "opponents_eval": {"calc": {"accuracy": 0.5, "accuracy_by_turn": [0.45, 0.55]}}}]}
     lines = turn_table(summary).splitlines()
     assert lines[0].split() == ["model", "turn_1", "turn_2"] and lines[2].split() == ["student@1", "0.200", "0.400"]
+    both = {"own_answer": {"accuracy": 0.4, "lower": 0.3, "upper": 0.5, "prompts": 36},
+            "fixed": {"accuracy": 0.25, "lower": 0.15, "upper": 0.35, "prompts": 36}}
+    summary["iterations"][0]["eval"]["student@1"]["turn2"] = both
+    summary["iterations"][0]["opponents_eval"]["calc"]["turn2"] = {"own_answer": both["own_answer"], "fixed": None}
+    lines = turn_table(summary).splitlines()  # turn 2 two ways, each with its interval
+    assert lines[0].split() == ["model", "turn_1", "turn_2_own_answer", "turn_2_fixed"]
+    assert lines[2].split() == ["student@1", "0.200", "0.400", "[0.300,", "0.500]", "0.250", "[0.150,", "0.350]"]
+    assert lines[3].split()[-1] == "-"  # no fixed second turn
     assert turn_table({"iterations": [{"eval": {"s@1": {"accuracy": 0.3}}, "opponents_eval": {}}]}) == ""
 
 

@@ -149,6 +149,11 @@ def plot(run_dir: Path, out: Path) -> None:
     plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), m.models, m.win_rate, out)
 
 
+TURNS_HEADING = ("\nEval accuracy by turn of the conversations (turn_2_own_answer: turn 2 on the model's own first "
+                 "answer, its reference built on that answer; turn_2_fixed: a second turn fixed up front, the same text "
+                 "and reference for every model; 95% intervals):\n")
+
+
 def result_text(run_dir: Path) -> str:
     """What ``flywheel run`` prints at the end: leaderboard, progress, categories, allocation,
     judge diagnostics and usage."""
@@ -164,7 +169,7 @@ def result_text(run_dir: Path) -> str:
              reports.category_table(summary)]
     turns = reports.turn_table(summary)
     if turns:
-        parts += ["\nEval accuracy by turn of the conversations:\n", turns]
+        parts += [TURNS_HEADING, turns]
     games = reports.games_table(summary)
     if games:
         parts[-2:] = ["\nGames against each opponent on the held-out eval positions (validation_wd: win-or-draw "

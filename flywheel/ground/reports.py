@@ -156,14 +156,31 @@ def category_table(summary: dict[str, Any]) -> str:
 
 def turn_table(summary: dict[str, Any]) -> str:
     """Conversations: held-out eval accuracy per user turn of every target version (by iteration)
-    and of every opponent (as last evaluated); "" for a single-turn run."""
+    and of every opponent (as last evaluated); "" for a single-turn run. Where turn 2 was measured
+    two ways, ``turn_2_own_answer`` (on the model's own first answer) and ``turn_2_fixed`` (the
+    fixed second turn, the same for every model) replace ``turn_2``, each with its 95% interval."""
     last = (summary.get("iterations") or [{}])[-1]
     evals = [(name, ev) for e in summary.get("iterations", []) for name, ev in e.get("eval", {}).items()]
     evals += sorted(last.get("opponents_eval", {}).items())
-    rows = [{"model": name, **{f"turn_{i}": a for i, a in enumerate(ev["accuracy_by_turn"], 1)}}
-            for name, ev in evals if ev.get("accuracy_by_turn")]
-    cols = sorted({c for row in rows for c in row} - {"model"})
+    rows = []
+    for name, ev in evals:
+        if not ev.get("accuracy_by_turn"):
+            continue
+        row = {"model": name, **{f"turn_{i}": a for i, a in enumerate(ev["accuracy_by_turn"], 1)}}
+        two = ev.get("turn2")
+        if two:
+            del row["turn_2"]
+            row["turn_2_own_answer"] = with_interval(two["own_answer"])
+            row["turn_2_fixed"] = with_interval(two["fixed"]) if two.get("fixed") else "-"
+        rows.append(row)
+    order = {"turn_2_own_answer": 1, "turn_2_fixed": 2}
+    cols = sorted({c for row in rows for c in row} - {"model"}, key=lambda c: (int(c.split("_")[1]), order.get(c, 0)))
     return text_table(rows, ["model", *cols]) if rows else ""
+
+
+def with_interval(acc: dict[str, Any]) -> str:
+    """An accuracy with its 95% interval: ``0.556 [0.504, 0.607]``."""
+    return f"{acc['accuracy']:.3f} [{acc['lower']:.3f}, {acc['upper']:.3f}]"
 
 
 def games_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:

@@ -36,6 +36,7 @@ class Asker(abc.ABC):
     """Writes user turns. ``ask`` returns one turn per conversation, in order."""
 
     name: str
+    checks = False  # whether ``reference`` can give a turn's checkable answer
 
     @abc.abstractmethod
     def ask(self, conversations: list[list[Message]]) -> list[AskedTurn]:

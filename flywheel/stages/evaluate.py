@@ -1,7 +1,8 @@
 """evaluate: every target's newest version answers the held-out eval split and battles each
 opponent (reported only); accuracy per category, Bradley-Terry Elo with CIs over all eval
-battles so far, Elo on WizardArena's diverse / hard subsets; and the validation split's figures,
-which steer the run."""
+battles so far, Elo on WizardArena's diverse / hard subsets; in a conversation world, turn 2 on
+each model's own first answer and on a fixed second turn (``evaluate_turns.py``); and the
+validation split's figures, which steer the run."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from flywheel.maths.leaderboard import board
 from flywheel.players.base import ScoresReferences
 from flywheel.stages.context import Context, stage
 from flywheel.stages.evaluate_hanabi import evaluate_hanabi
+from flywheel.stages.evaluate_turns import second_turns
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 
 
@@ -57,6 +59,7 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
                 answer = next((x["content"] for x in talks[m][bt.prompt_id] if x["role"] == "assistant"), "")
             responses.setdefault(m, {})[bt.prompt_id] = answer  # (a conversation's first answer)
     subsets = _subset_boards(ctx, k, {m: responses.get(m, {}) for m in ctx.roster.opponents})
+    turn2 = second_turns(ctx, k, versions + ctx.roster.opponents, talks) if talks else {}
     evals: dict[str, VersionEval] = {}
     for m in versions + ctx.roster.opponents:
         by_turn = None
@@ -69,7 +72,8 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
         target = m in versions
         evals[m] = VersionEval(acc, by_cat, r.rating if r else None, [r.lower, r.upper] if r else None, in_subsets,
                                _reference_loss(ctx, m, ctx.eval_split) if target else None,
-                               validate(ctx, m, k) if target else None, accuracy_by_turn=by_turn)
+                               validate(ctx, m, k) if target else None, accuracy_by_turn=by_turn,
+                               turn2=turn2.get(m))
     rows = [r.to_dict() for r in by_model.values()]
     _publish(ctx, k, rows)
     return EvalResult(evals, rows)

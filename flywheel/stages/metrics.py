@@ -125,6 +125,9 @@ def player_points(out: dict[str, float], player: str, v: VersionEval) -> None:
     flatten(out, f"eval/{player}", {"accuracy": v.accuracy, "loss": v.eval_loss})
     flatten(out, f"eval/{player}/accuracy", v.accuracy_by_category)
     flatten(out, f"eval/{player}/accuracy/turn", {str(i): a for i, a in enumerate(v.accuracy_by_turn or [], 1)})
+    for way, acc in ((("own_answer", v.turn2.own_answer), ("fixed", v.turn2.fixed)) if v.turn2 else ()):
+        if acc is not None:
+            flatten(out, f"eval/{player}/turn_2/{way}", {"accuracy": acc.accuracy, "lower": acc.lower, "upper": acc.upper})
     if v.elo is not None:
         out[f"elo/{player}"] = v.elo
     if v.elo_ci:

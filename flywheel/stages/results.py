@@ -193,6 +193,36 @@ class Validation(StageRecord):
 
 
 @dataclass(frozen=True)
+class TurnAccuracy(StageRecord):
+    """A model's accuracy on one user turn of the eval conversations, with its 95% interval over
+    prompts (Wilson's)."""
+
+    accuracy: float
+    lower: float
+    upper: float
+    prompts: int  # prompts whose turn was checked
+
+
+@dataclass(frozen=True)
+class SecondTurn(StageRecord):
+    """A model's turn 2 on the eval split, two ways (docs/worlds.md#turn-2-two-ways).
+
+    ``own_answer``: turn 2 on its own first answer, as the eval battles ask it: its reference is
+    built on the answer the model gave (each model its own question). ``fixed``: the second turn
+    fixed up front, as in MT-Bench: one text and one reference per prompt, written before any model
+    answers (on the prompt's reference answer), asked of every model after its own first answer;
+    None where no second turn has a checkable answer up front."""
+
+    own_answer: TurnAccuracy
+    fixed: TurnAccuracy | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SecondTurn:
+        fixed = data.get("fixed")
+        return cls(TurnAccuracy.from_json(data["own_answer"]), TurnAccuracy.from_json(fixed) if fixed else None)
+
+
+@dataclass(frozen=True)
 class VersionEval(StageRecord):
     """A model on the eval split (reported only); a target version's validation figures too.
     In a games world ``accuracy`` is the win-or-draw rate over the eval games (by game in
@@ -209,14 +239,16 @@ class VersionEval(StageRecord):
     games: dict[str, dict[str, float]] | None = optional()
     # conversations: the accuracy of each user turn (``accuracy`` pools every checked turn)
     accuracy_by_turn: list[float] | None = optional()
+    # conversations: turn 2 on the model's own first answer and the fixed second turn, with intervals
+    turn2: SecondTurn | None = optional()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> VersionEval:
-        val = data.get("validation")
+        val, turn2 = data.get("validation"), data.get("turn2")
         return cls(data["accuracy"], data.get("accuracy_by_category", {}), data.get("elo"), data.get("elo_ci"),
                    data.get("elo_by_subset", {}), data.get("eval_loss"),
                    Validation.from_json(val) if val is not None else None, data.get("games"),
-                   data.get("accuracy_by_turn"))
+                   data.get("accuracy_by_turn"), SecondTurn.from_json(turn2) if turn2 is not None else None)
 
     def standing(self, measure: str) -> float | None:
         """The version's standing for steering: its validation ``accuracy``, or minus its

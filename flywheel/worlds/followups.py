@@ -13,6 +13,8 @@ the answer actually given** (each side's own): turn 2 checks whether a model bui
 said, apart from whether turn 1 was right, and the winner's conversation stays consistent as
 training data. Where the operation does not apply to the given answer (``+n=`` after text that is
 not a whole number, or an empty answer), it is computed from the correct answer of the turn before.
+The eval also asks each prompt's follow-up as a fixed second turn, its reference computed from the
+correct first answer, the same for every model (``flywheel/arena/second_turns.py``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ def apply(turn: str, answer: str) -> str | None:
 class ProceduralAsker(Asker):
     """``kind: procedural``: the follow-ups above. Its conversations must open with a task of the suite."""
 
+    checks = True
+
     def __init__(self, name: str = "procedural", seed: int = 0) -> None:
         self.name = name
         self.seed = seed
@@ -81,6 +85,8 @@ class RepeatingAsker(Asker):
     """``kind: procedural, procedure: repeat``: a useless asker that asks the first turn again. Its
     turn's reference is the first turn's (the same question has the same answer), so a conversation
     it writes checks nothing a single turn does not: what the asker bandit should learn to avoid."""
+
+    checks = True
 
     def __init__(self, name: str = "repeat") -> None:
         self.name = name
