@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from judges.base import PairwiseJudge
+from judges.cascade import CascadeJudge, Tier
 from judges.custom import load_custom
 from judges.game import GameJudge
 from judges.hybrid import HybridJudge
@@ -25,9 +26,9 @@ def build_verifier(vc) -> VerifierJudge:
     return VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function, vc.extract)
 
 
-def _llm(jc, roster, cache, pc) -> PairwiseJudge:
+def _llm(jc, roster, cache, pc, confidence: bool = False) -> PairwiseJudge:
     return LLMJudge(roster.build(pc, pc.name), jc.template, jc.both_orders, jc.inconsistent,
-                    jc.max_parse_retries, pc.max_new_tokens, cache, _identity(pc))
+                    jc.max_parse_retries, pc.max_new_tokens, cache, _identity(pc), confidence)
 
 
 def _verifier(jc, roster, cache) -> PairwiseJudge:
@@ -59,6 +60,20 @@ def _reward_model(jc, roster, cache) -> PairwiseJudge:
     return RewardModelJudge(jc.reward_model, jc.reward_tie_margin)
 
 
+def _tier(jc, tc, roster, cache) -> Tier:
+    """One tier of a cascade: the judge of its kind, with the judge section's other settings."""
+    view = jc.model_copy(update={"kind": tc.kind, "player": tc.player, "panel": tc.panel, "aggregate": tc.aggregate,
+                                 "template": tc.template or jc.template, "custom": tc.custom, "options": tc.options})
+    judge = (_llm(view, roster, cache, tc.player, confidence=tc.threshold is not None) if tc.kind == "llm"
+             else JUDGES[tc.kind](view, roster, cache))
+    return Tier(judge, tc.cost, tc.threshold, tc.ties == "escalate", exact=tc.kind == "verifier")
+
+
+def _cascade(jc, roster, cache, bypass=None) -> PairwiseJudge:
+    cc = jc.cascade
+    return CascadeJudge([_tier(jc, tc, roster, cache) for tc in cc.tiers], cc.audit_share, cc.audit_seed, bypass)
+
+
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)
 JUDGES: dict[str, Callable[..., PairwiseJudge]] = {
     "verifier": _verifier, "llm": _llm_judge, "hybrid": _hybrid, "panel": _panel, "custom": _custom, "game": _game,
@@ -66,9 +81,12 @@ JUDGES: dict[str, Callable[..., PairwiseJudge]] = {
 }
 
 
-def build_judge(jc, roster, cache=None) -> PairwiseJudge:
+def build_judge(jc, roster, cache=None, bypass=None) -> PairwiseJudge:
     """``jc``: a JudgeConfig; ``roster``: the run's Roster (builds judge models like any player);
-    ``cache``: a KeyValueCache for LLM judge outputs, or None."""
+    ``cache``: a KeyValueCache for LLM judge outputs, or None; ``bypass``: for a cascade, a callable
+    giving the tiers its guard turned off."""
+    if jc.kind == "cascade":
+        return _cascade(jc, roster, cache, bypass)
     if jc.kind not in JUDGES:
-        raise ValueError(f"judge.kind {jc.kind!r}: expected one of {', '.join(JUDGES)}")
+        raise ValueError(f"judge.kind {jc.kind!r}: expected one of {', '.join(JUDGES)}, cascade")
     return JUDGES[jc.kind](jc, roster, cache)

@@ -16,6 +16,10 @@
 - Cache: raw outputs are kept by a hash of (judge model identity, rendered prompt, length limit),
   which covers the template, the question, both responses and their order; a resumed or repeated
   run asks the judge nothing it has already answered.
+- Confidence: with ``confidence=True`` the judge asks for log-probabilities (APIs that return
+  them: the openai kind, vLLM) and records, per verdict, the probability it gave the verdict it
+  wrote (the product of the probabilities of the tokens that spell the last verdict; the lower of
+  both orders) in ``Judgment.confidence``; the cache keeps it beside the output.
 - Conversations (``Battle.multi_turn``): the judge reads both whole conversations in a multi-turn
   template (``<template>_multiturn``, else ``arena_hard_multiturn``: ``{conversation_a}``,
   ``{conversation_b}``, ``{fence}``), every user turn and every answer in its own fenced block, in
@@ -24,6 +28,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -43,6 +48,8 @@ BOTHBAD_BELOW = 4.0  # scores template: a tie where both score below this is "ti
 
 # A parsed verdict in some seat order: (winning seat 'A'/'B' or None for a tie, strength, scores).
 Verdict = tuple[str | None, int, tuple[float, float] | None]
+# One order's answer: (verdict in the battle's own seats, raw output, error, confidence).
+Answer = tuple[Verdict | None, str, str | None, float | None]
 
 
 SINGLE_FIELDS = ("{question}", "{answer_a}", "{answer_b}", "{fence}")
@@ -132,6 +139,30 @@ def _parse(text: str, fmt: str) -> Verdict | None:
     return seat, strength, None
 
 
+def verdict_confidence(tokens: tuple[tuple[str, float], ...], fmt: str = "pairwise") -> float | None:
+    """The probability the judge gave the last verdict it wrote: exp of the summed log-probabilities
+    of the tokens that spell it (``A>B`` inside ``[[...]]``, or both scores); None without tokens
+    or without a verdict in them."""
+    if not tokens:
+        return None
+    text = "".join(t for t, _ in tokens)
+    found = list((SCORES if fmt == "scores" else VERDICT).finditer(text))
+    if not found:
+        return None
+    m = found[-1]
+    start, end = m.start(1), m.end(m.re.groups)
+    total, at = 0.0, 0
+    for token, logprob in tokens:
+        if at < end and at + len(token) > start:
+            total += logprob
+        at += len(token)
+    return math.exp(total)
+
+
+def _number(text: str | None) -> float | None:
+    return float(text) if text is not None else None
+
+
 def _answers(b: Battle) -> tuple[str, ...]:
     """The texts a judge's output may quote: both responses, or every turn of both conversations."""
     if not b.multi_turn:
@@ -149,7 +180,7 @@ def _swap(v: Verdict) -> Verdict:
 class LLMJudge(PairwiseJudge):
     def __init__(self, player: Player, template: str = "arena_hard", both_orders: bool = True,
                  inconsistent: str = "tie", max_parse_retries: int = 1, max_new_tokens: int = 512,
-                 cache=None, identity: str | None = None) -> None:
+                 cache=None, identity: str | None = None, confidence: bool = False) -> None:
         self.player = player
         self.template_name = Path(template).stem
         self.template, self.format = load_template(template)
@@ -157,13 +188,14 @@ class LLMJudge(PairwiseJudge):
         self.both_orders = both_orders
         self.inconsistent = inconsistent
         self.max_parse_retries = max_parse_retries
-        self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+        self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, logprobs=confidence)
         self.cache = cache  # a flywheel.ground.store.KeyValueCache, or None
         self.identity = identity or f"{type(player).__name__}:{player.name}"
         self.name = f"llm:{player.name}:{self.template_name}"
         self.model = player.name
         self.calls = 0
         self.cache_hits = 0
+        self.judged = 0  # battles given to judge (a hybrid's or a cascade's share)
 
     def llm_judges(self) -> list[LLMJudge]:
         return [self]
@@ -186,56 +218,67 @@ class LLMJudge(PairwiseJudge):
                                           conversation_b=render_conversation(second, "B", fence), fence=fence)
         return Prompt(stable_id(self.name, b.battle_id, swap, attempt), text, b.category, b.level, None, "judge")
 
-    def _outputs(self, prompts: list[Prompt]) -> list[tuple[str | None, str | None]]:
-        """(raw output, error) per prompt: from the cache, else from the judge model."""
+    def _outputs(self, prompts: list[Prompt], formats: list[str]) -> list[tuple[str | None, str | None, float | None]]:
+        """(raw output, error, confidence) per prompt (``formats``: each one's verdict format): from
+        the cache, else from the judge model. A judge that asks for confidence finds an output in
+        the cache only with its confidence."""
         keys = [stable_id(self.identity, p.text, self.params.max_new_tokens) for p in prompts]
-        cached = self.cache.get_many(keys) if self.cache is not None else {}
-        out: list[tuple[str | None, str | None]] = [(cached.get(k), None) for k in keys]
-        todo = [i for i, k in enumerate(keys) if k not in cached]
+        sure = {k: stable_id(k, "confidence") for k in keys}
+        cached = self.cache.get_many(keys + (list(sure.values()) if self.params.logprobs else [])) \
+            if self.cache is not None else {}
+        out: list[tuple[str | None, str | None, float | None]] = [
+            (cached.get(k), None, _number(cached.get(sure[k]))) for k in keys]
+        todo = [i for i, k in enumerate(keys) if k not in cached or (self.params.logprobs and sure[k] not in cached)]
         self.cache_hits += len(prompts) - len(todo)
         if todo:
             gens = self.player.generate([prompts[i] for i in todo], self.params)
             self.calls += len(todo)
             fresh = []
             for i, g in zip(todo, gens):
-                out[i] = (g.text, None) if g.ok else (None, f"judge call failed: {g.error}")
+                conf = verdict_confidence(g.token_logprobs, formats[i]) if self.params.logprobs else None
+                out[i] = (g.text, None, conf) if g.ok else (None, f"judge call failed: {g.error}", None)
                 if g.ok:
                     fresh.append((keys[i], g.text))
+                    if conf is not None:
+                        fresh.append((sure[keys[i]], repr(conf)))
             if self.cache is not None:
                 self.cache.put(fresh)
         return out
 
-    def _ask(self, battles: list[Battle], swap: bool) -> dict[str, tuple[Verdict | None, str, str | None]]:
-        """battle id -> (verdict in the battle's own seats, raw output, error)."""
-        out: dict[str, tuple[Verdict | None, str, str | None]] = {}
+    def _ask(self, battles: list[Battle], swap: bool) -> dict[str, Answer]:
+        """battle id -> (verdict in the battle's own seats, raw output, error, confidence)."""
+        out: dict[str, Answer] = {}
         todo = list(battles)
         for attempt in range(self.max_parse_retries + 1):
             if not todo:
                 break
-            outputs = self._outputs([self.render(b, swap, attempt) for b in todo])
+            formats = [self.multi_format if b.multi_turn else self.format for b in todo]
+            outputs = self._outputs([self.render(b, swap, attempt) for b in todo], formats)
             retry = []
-            for b, (text, error) in zip(todo, outputs):
+            for b, fmt, (text, error, conf) in zip(todo, formats, outputs):
                 if text is None:
-                    out[b.battle_id] = (None, "", error)
+                    out[b.battle_id] = (None, "", error, None)
                     continue
-                v = parse_verdict(text, self.multi_format if b.multi_turn else self.format, _answers(b))
+                v = parse_verdict(text, fmt, _answers(b))
                 if v is None:
-                    out[b.battle_id] = (None, text, "unparseable verdict")
+                    out[b.battle_id] = (None, text, "unparseable verdict", None)
                     retry.append(b)
                     continue
-                out[b.battle_id] = (_swap(v) if swap else v, text, None)
+                out[b.battle_id] = (_swap(v) if swap else v, text, None, conf)
             todo = retry
         return out
 
     def judge(self, battles: list[Battle]) -> list[Judgment]:
+        self.judged += len(battles)
         first = self._ask(battles, swap=False)
         second = self._ask(battles, swap=True) if self.both_orders else {}
         return [self._combine(b, first[b.battle_id], second.get(b.battle_id)) for b in battles]
 
-    def _combine(self, b: Battle, one: tuple, two: tuple | None) -> Judgment:
-        v1, raw1, err1 = one
-        v2, raw2, err2 = two if two is not None else (v1, "", None)
+    def _combine(self, b: Battle, one: Answer, two: Answer | None) -> Judgment:
+        v1, raw1, err1, c1 = one
+        v2, raw2, err2, c2 = two if two is not None else (v1, "", None, c1)
         raw = raw1 if two is None else f"[A,B] {raw1}\n[B,A] {raw2}"
+        conf = min(c1, c2) if c1 is not None and c2 is not None else None
         if err1 or err2 or v1 is None or v2 is None:
             return Judgment(b.battle_id, self.name, None, 0.0, raw=raw, error=err1 or err2 or "no verdict")
         scores = [v[2] for v in (v1, v2) if v[2] is not None]
@@ -244,12 +287,14 @@ class LLMJudge(PairwiseJudge):
         flip = None if two is None else v1[0] != v2[0]
         if flip:
             if self.inconsistent == "invalid":
-                return Judgment(b.battle_id, self.name, None, 0.0, sa, sb, raw, "inconsistent across orders", True)
-            return Judgment(b.battle_id, self.name, "tie", 0.0, sa, sb, raw, None, True)
+                return Judgment(b.battle_id, self.name, None, 0.0, sa, sb, raw, "inconsistent across orders", True,
+                                confidence=conf)
+            return Judgment(b.battle_id, self.name, "tie", 0.0, sa, sb, raw, None, True, confidence=conf)
         seat = v1[0]
         if seat is None:
             bad = sa is not None and sb is not None and max(sa, sb) < BOTHBAD_BELOW
             winner = "tie (bothbad)" if bad else "tie"
         else:
             winner = "model_a" if seat == "A" else "model_b"
-        return Judgment(b.battle_id, self.name, winner, (v1[1] + v2[1]) / 2, sa, sb, raw, None, flip)
+        return Judgment(b.battle_id, self.name, winner, (v1[1] + v2[1]) / 2, sa, sb, raw, None, flip,
+                        confidence=conf)

@@ -2,11 +2,15 @@
 messages protocols, for tests and benchmarks. Its model solves the embedded world's tasks
 (``solver``), judges pairs like an LLM judge (``judge``), or echoes. Faults are scripted per
 request: ``server.faults`` is a list consumed in order (429, 500, "slow", "malformed", None).
+A request that asks for ``logprobs`` gets each token's log-probability: a script may return
+``(text, [(token, logprob), ...])`` (the tokens spell the text); otherwise every token has 0.0.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 import sys
 import threading
@@ -42,6 +46,14 @@ def fenced_blocks(prompt: str) -> dict[str, str]:
     return dict(re.findall(rf"^{f} (QUESTION|ANSWER A|ANSWER B)\n(.*?)\n{f} END \1$", prompt, re.S | re.M))
 
 
+TOKEN = re.compile(r"\[\[|\]\]|\w+|\s+|[^\w\s]")
+
+
+def token_logprobs(text: str) -> list[tuple[str, float]]:
+    """``text`` cut into tokens (words, spaces, ``[[``, ``]]``, other characters), each certain."""
+    return [(t, 0.0) for t in TOKEN.findall(text)]
+
+
 def judge_reply(prompt: str, biased_to: str | None = None) -> str:
     """Read the judge prompt's fenced blocks and prefer the correct answer, as a good judge would."""
     blocks = fenced_blocks(prompt)
@@ -54,13 +66,56 @@ def judge_reply(prompt: str, biased_to: str | None = None) -> str:
     return f"Checked both answers against my own solution.\n[[{verdict}]]"
 
 
+def _uniform(*parts: object) -> float:
+    """A number in [0, 1) drawn by a hash of ``parts`` (the same parts, the same number)."""
+    return int(hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:13], 16) / 16**13
+
+
+class NoisyJudge:
+    """A judge with known noise, for a FakeAPI in ``script`` mode. It reads the judge prompt's fenced
+    question and answers, knows the truth (the answer equal to ``solve(question)`` wins; both right or
+    both wrong is a tie), and:
+
+    - misreads a battle with probability ``noise``: a wrong verdict (one of the other two, evenly),
+      the same in both orders (a judge's mistakes are about the battle, not the order); two identical
+      answers it always reads as a tie;
+    - with probability ``flip`` per order, prefers the answer in seat A whatever it read (position bias);
+    - writes its verdict as one token whose log-probability is its confidence: 1 - u^2 / 2 when it
+      read right (mostly sure), 1 - u^0.5 / 2 when it misread (mostly unsure), u uniform per order.
+
+    Every draw is a hash of ``seed``, the question, the answers and the order, so a prompt asked
+    again gets the same reply."""
+
+    def __init__(self, noise: float, flip: float = 0.0, seed: int = 0) -> None:
+        self.noise, self.flip, self.seed = noise, flip, seed
+
+    def __call__(self, prompt: str) -> tuple[str, list[tuple[str, float]]]:
+        blocks = fenced_blocks(prompt)
+        q, a, b = blocks.get("QUESTION", ""), blocks.get("ANSWER A", "").strip(), blocks.get("ANSWER B", "").strip()
+        ref = solve(q)
+        first, second = sorted((a, b))  # the battle, whatever the order
+        truth = "tie" if (first == ref) == (second == ref) else (first if first == ref else second)
+        read = truth
+        if _uniform(self.seed, "misread", q, first, second) < self.noise:
+            others = [v for v in ("tie", first, second) if v != truth]
+            read = others[int(_uniform(self.seed, "which", q, first, second) * len(others))]
+        u = _uniform(self.seed, "confidence", q, a, b)
+        confidence = 1 - u**2 / 2 if read == truth else 1 - u**0.5 / 2
+        if _uniform(self.seed, "position", q, a, b) < self.flip:
+            verdict, confidence = "A>B", 1 - u**2 / 2
+        else:
+            verdict = "A=B" if read == "tie" or a == b else "A>B" if read == a else "B>A"
+        head = "Checked both answers against my own solution.\n[["
+        return f"{head}{verdict}]]", [*token_logprobs(head), (verdict, math.log(confidence)), ("]]", 0.0)]
+
+
 class FakeAPI:
     """``mode``: solver | judge | echo | biased-A | garbage | script (``script(prompt) -> reply``,
     set by the test). ``delay_s``: latency of every call, or a function of the request's number (1, 2, ...)
     giving its latency."""
 
     def __init__(self, mode: str = "solver", delay_s: float | Callable[[int], float] = 0.0, wrong_every: int = 0,
-                 fail_when=None) -> None:
+                 fail_when=None, port: int = 0) -> None:
         self.mode = mode
         self.fail_when = fail_when  # prompt text -> True: that prompt always gets a 500
         self.script = None
@@ -81,7 +136,7 @@ class FakeAPI:
                 if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
                     super().handle_error(request, client_address)
 
-        self.httpd = Server(("127.0.0.1", 0), handler)
+        self.httpd = Server(("127.0.0.1", port), handler)  # port 0: any free one
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -101,7 +156,7 @@ class FakeAPI:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def answer(self, text: str, n: int) -> str:
+    def answer(self, text: str, n: int) -> str | tuple[str, list[tuple[str, float]]]:
         if self.mode == "script":
             return self.script(text)
         if self.mode == "judge":
@@ -184,26 +239,30 @@ class FakeAPI:
                     return self._send(200, {"id": "x", "object": "chat.completion", "choices": []})
                 if self.path.endswith("/chat/completions"):
                     text = body["messages"][-1]["content"]
-                    out = api.answer(text, n)
+                    out, tokens = _split(api.answer(text, n))
+                    logprobs = {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                                            for t, lp in tokens]} if body.get("logprobs") else None
                     return self._send(200, {
                         "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
+                        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": logprobs,
                                      "message": {"role": "assistant", "content": out}}],
                         "usage": {"prompt_tokens": len(text), "completion_tokens": len(out),
                                   "total_tokens": len(text) + len(out)},
                     })
                 if self.path.endswith("/v1/completions"):  # the legacy API: raw text, as vLLM serves it
                     text = body["prompt"]
-                    out = api.answer(text, n)
+                    out, tokens = _split(api.answer(text, n))
+                    logprobs = {"tokens": [t for t, _ in tokens], "token_logprobs": [lp for _, lp in tokens],
+                                "top_logprobs": None, "text_offset": None} if body.get("logprobs") else None
                     return self._send(200, {
                         "id": f"cmpl-{n}", "object": "text_completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop", "text": out}],
+                        "choices": [{"index": 0, "finish_reason": "stop", "text": out, "logprobs": logprobs}],
                         "usage": {"prompt_tokens": len(text), "completion_tokens": len(out),
                                   "total_tokens": len(text) + len(out)},
                     })
                 if self.path.endswith("/messages"):
                     text = body["messages"][-1]["content"]
-                    out = api.answer(text, n)
+                    out, _ = _split(api.answer(text, n))
                     return self._send(200, {
                         "id": f"msg_{n}", "type": "message", "role": "assistant", "model": body["model"],
                         "content": [{"type": "text", "text": out}], "stop_reason": "end_turn",
@@ -212,3 +271,10 @@ class FakeAPI:
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         return Handler
+
+
+def _split(answer: str | tuple[str, list[tuple[str, float]]]) -> tuple[str, list[tuple[str, float]]]:
+    """(text, its tokens with log-probabilities) of a reply: a script's own, else each token certain."""
+    if isinstance(answer, tuple):
+        return answer[0], list(answer[1])
+    return answer, token_logprobs(answer)

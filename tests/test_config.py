@@ -70,7 +70,8 @@ def test_cli_rejects_bad_config_with_exit_2_and_writes_nothing(tmp_path, cli_env
 
 def test_the_shipped_recipes_load():
     cfg = load_config(ROOT / "flows/recipes/vllm_api.yaml")
-    assert cfg.targets[0].serve_lora and cfg.judge.kind == "llm" and cfg.budget.max_usd == 25.0
+    assert cfg.targets[0].serve_lora and cfg.judge.kind == "cascade" and cfg.budget.max_usd == 25.0
+    assert [t.kind for t in cfg.judge.cascade.tiers] == ["verifier", "llm", "llm"]
     assert {p.kind for p in cfg.opponents} == {"openai", "anthropic"}
     llm = load_config(ROOT / "flows/recipes/smollm2.yaml")
     assert llm.targets[0].path == "data/models/smollm2" and llm.train.lora and llm.judge.verifier.extract == "final"

@@ -88,14 +88,14 @@ def judge_batch(judge: PairwiseJudge, store: RunStore, todo: list[Battle], itera
     if not todo:
         return
     llms = judge.llm_judges()
-    before = [(_usage(j.player), j.calls, j.cache_hits) for j in llms]
+    before = [(_usage(j.player), j.calls, j.cache_hits, j.judged) for j in llms]
     judgments = judge.judge(todo)
     if len(judgments) != len(todo):
         raise RuntimeError(f"judge {judge.name} returned {len(judgments)} judgments for {len(todo)} battles")
     store.append_judgments(judgments, iteration, phase, name)
-    for j, (usage, calls, hits) in zip(llms, before):
+    for j, (usage, calls, hits, judged) in zip(llms, before):  # judged: battles this LLM judge was given
         after = _usage(j.player)
-        row = {"iteration": iteration, "phase": phase, "player": f"judge:{j.player.name}", "judged": len(todo),
+        row = {"iteration": iteration, "phase": phase, "player": f"judge:{j.player.name}", "judged": j.judged - judged,
                "judge_calls": j.calls - calls, "cache_hits": j.cache_hits - hits,
                "invalid": sum(1 for x in judgments if not x.valid)}
         row.update({k: round(after[k] - usage.get(k, 0), 6) for k in after})

@@ -41,6 +41,11 @@ def players(cfg: FlywheelConfig) -> list[tuple[str, PlayerConfig]]:
         out.append(("judge.player", cfg.judge.player))
     if cfg.judge.kind == "panel":
         out += [(f"judge.panel.{i}", p) for i, p in enumerate(cfg.judge.panel)]
+    if cfg.judge.kind == "cascade":
+        for i, t in enumerate(cfg.judge.cascade.tiers):
+            where = f"judge.cascade.tiers.{i}"
+            out += [(f"{where}.player", t.player)] if t.player is not None else []
+            out += [(f"{where}.panel.{j}", p) for j, p in enumerate(t.panel)]
     out += [(f"askers.{i}", p) for i, p in enumerate(cfg.askers) if p.kind != "procedural"]  # procedural: the world's
     return out
 
@@ -114,12 +119,17 @@ def directory_problems(cfg: FlywheelConfig) -> list[str]:
 def template_problems(cfg: FlywheelConfig) -> list[str]:
     """The judge template (a built-in name or a file) loads, and ``aggregate: mean`` has a scores
     template. The judges own templates; the config models only hold the name."""
-    try:
-        _, fmt = load_template(cfg.judge.template)
-    except ValueError as e:
-        return [f"judge.template: {e}"]
-    if cfg.judge.kind == "panel" and cfg.judge.aggregate == "mean" and fmt != "scores":
-        return ["judge.aggregate: mean needs a scores template (judge.template, e.g. wizardarena)"]
+    panels = [("judge", cfg.judge.template, cfg.judge.kind == "panel" and cfg.judge.aggregate == "mean")]
+    if cfg.judge.kind == "cascade":
+        panels += [(f"judge.cascade.tiers.{i}", t.template or cfg.judge.template, t.kind == "panel" and
+                    t.aggregate == "mean") for i, t in enumerate(cfg.judge.cascade.tiers) if t.kind in ("llm", "panel")]
+    for where, template, mean in panels:
+        try:
+            _, fmt = load_template(template)
+        except ValueError as e:
+            return [f"{where}.template: {e}"]
+        if mean and fmt != "scores":
+            return [f"{where}.aggregate: mean needs a scores template ({where}.template, e.g. wizardarena)"]
     return []
 
 
@@ -267,6 +277,8 @@ def problems(cfg: FlywheelConfig) -> list[str]:
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
                  "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None,
                  "train.rl.reward": rl.reward if rl and rl.reward not in ("verifier", "judge", "reward_model") else None}
+    if cfg.judge.kind == "cascade":
+        functions |= {f"judge.cascade.tiers.{i}.custom": t.custom for i, t in enumerate(cfg.judge.cascade.tiers)}
     out += template_problems(cfg)
     out += reward_model_problems(cfg)
     for field, spec in functions.items():

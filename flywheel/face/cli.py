@@ -257,10 +257,24 @@ def elo(
         metavar="MODEL", help="Length-controlled win rates against MODEL (AlpacaEval's).")] = None,
     style: Annotated[bool, typer.Option("--style-control", help="The eval leaderboard with style control (Chatbot "
                      "Arena's): answer length and markdown as covariates, with their coefficients.")] = False,
+    judge: Annotated[bool, typer.Option("--judge", help="The judge section: its diagnostics per iteration and, "
+                     "for a cascade, each tier's verdicts, escalations, cost and agreement with the last tier.")] = False,
 ) -> None:
     """A run's eval leaderboard (latest by default)."""
     refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference, lc_baseline=lc_baseline,
-                    style_control=style)
+                    style_control=style, judge=judge)
+    if judge:
+        try:
+            sections = queries.judge_sections(run_dir)
+        except queries.QueryError as e:
+            fail(str(e))
+        if format == "json":
+            typer.echo(json.dumps(sections, indent=2))
+            return
+        columns = {"diagnostics": reports.JUDGE_COLUMNS, "cascade": reports.CASCADE_COLUMNS}
+        typer.echo("\n\n".join(reports.render_sections({name: rows}, format, key="section", columns=columns[name])
+                                for name, rows in sections.items()))
+        return
     if lc_baseline is not None:
         return lc_board_cmd(run_dir, lc_baseline, format)
     if style:

@@ -149,6 +149,18 @@ def plot(run_dir: Path, out: Path) -> None:
     plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), m.models, m.win_rate, out)
 
 
+def judge_sections(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """A run's judge section (``flywheel elo --judge``): the judge's diagnostics per iteration and,
+    for a cascade, its tiers per iteration."""
+    summary = read_json(RunStore(run_dir).summary_path, {})
+    if not summary.get("iterations"):
+        raise QueryError(f"{run_dir}: no finished iteration yet (summary.json)")
+    out = {"diagnostics": reports.judge_rows(summary)}
+    if cascade := reports.cascade_rows(summary):
+        out["cascade"] = cascade
+    return out
+
+
 TURNS_HEADING = ("\nEval accuracy by turn of the conversations (turn_2_own_answer: turn 2 on the model's own first "
                  "answer, its reference built on that answer; turn_2_fixed: a second turn fixed up front, the same text "
                  "and reference for every model; 95% intervals):\n")
@@ -177,6 +189,10 @@ def result_text(run_dir: Path) -> str:
     if len(summary.get("targets", [])) > 1:
         parts += ["\nCompute allocation for the next iteration (ModelArena):\n", reports.allocation_lines(summary)]
     parts += ["\nJudge diagnostics per iteration:\n", reports.judge_lines(summary)]
+    cascade = reports.cascade_lines(summary)
+    if cascade:
+        parts += ["\nJudge cascade per iteration and tier (agreement: with the last tier, on audited battles):\n",
+                  cascade]
     usage = reports.usage_lines(summary)
     if usage:
         parts += ["\nUsage over the run (API calls, tokens, cost):\n", usage]

@@ -50,6 +50,7 @@ class ReportData:
     arms: queries.ArmsReport | None
     opponents: list[dict[str, Any]]  # iteration, target, opponent, battles, share
     judge: list[dict[str, Any]]  # reports.judge_rows
+    cascade: list[dict[str, Any]]  # reports.cascade_rows (judge.kind cascade)
     verdicts: list[dict[str, Any]]  # iteration, phase, one count per verdict, invalid, flipped
     judge_usage: list[dict[str, Any]]  # iteration, player, judged, judge_calls, cache_hits
     datasets: list[dict[str, Any]]  # iteration, dataset, target, rows
@@ -74,7 +75,7 @@ def gather(run_dir: Path) -> ReportData:
         progress=progress_points(summary), references=(entries[-1].get("opponents_eval", {}) if entries else {}),
         categories=categories, category_names=names, category_measure=measure, games=reports.games_rows(summary),
         matrix=queries.win_matrix(run_dir), arms=arms, opponents=opponent_shares(store, [e["iteration"] for e in entries]),
-        judge=reports.judge_rows(summary), verdicts=verdict_counts(store, sorted(store.log_shards("judgments"))),
+        judge=reports.judge_rows(summary), cascade=reports.cascade_rows(summary), verdicts=verdict_counts(store, sorted(store.log_shards("judgments"))),
         judge_usage=judge_usage(summary), datasets=rows_by_target(run_dir))
 
 

@@ -198,6 +198,12 @@ def _judge(d: ReportData) -> list[str]:
                         "verdicts that went to the longer answer; self_pref: self-preference; kappa: panel agreement; "
                         "'-': not measured."),
                   _table(d.judge, reports.JUDGE_COLUMNS)]
+    if d.cascade:
+        parts += ["<h3>Cascade</h3>",
+                  _note("Per tier: battles it judged (asked) and decided, the share it passed on (escalated_share), "
+                        "its cost and cost per decisive verdict, and its agreement with the last tier on its audited "
+                        "battles with a 95% interval; 'all': the whole cascade."),
+                  _table(d.cascade, reports.CASCADE_COLUMNS)]
     if d.judge_usage:
         parts += ["<h3>Judge calls and cache hits</h3>",
                   _table(d.judge_usage, ("iteration", "player", "judged", "judge_calls", "cache_hits"))]

@@ -107,11 +107,95 @@ class VerifierConfig(Strict):
         return self
 
 
+class CascadeTier(Strict):
+    """One judge of a cascade (see judges/cascade.py): it decides the battles it is sure of and passes
+    the rest to the next tier."""
+
+    kind: Literal["verifier", "llm", "panel", "custom"] = Field(
+        ..., description="verifier (judge.verifier checks the reference), llm (player), panel (panel, aggregate) "
+        "or custom (custom, options), each as the judge kind of that name.")
+    price: float | None = Field(None, ge=0, description="USD this tier spends per battle it judges (both orders, "
+                                "every panel member): what the cascade's reports count, and what orders the tiers. "
+                                "Required, except for a verifier (free).")
+    threshold: float | None = Field(None, ge=0, le=1, description="llm tiers: a verdict whose confidence (the "
+                                    "probability the judge gave its verdict, from the API's log-probabilities; the "
+                                    "lower of both orders) is under this goes to the next tier. Unset: no "
+                                    "log-probabilities are asked for. Where the API returns none, it does not apply.")
+    ties: Literal["escalate", "decide"] = Field("escalate", description="escalate: a tie goes to the next tier (a "
+                                                "tie is unsure); decide: a tie both orders agree on stands.")
+    player: PlayerConfig | None = Field(None, description="llm: the judge model (any player kind).")
+    panel: list[PlayerConfig] = Field([], description="panel: the judge models (two or more).")
+    aggregate: Literal["majority", "mean"] = Field("majority", description="panel: majority vote, or mean score.")
+    template: str | None = Field(None, description="llm and panel: the prompt template (default: judge.template).")
+    custom: str | None = Field(None, description="custom: 'module:Class' (a PairwiseJudge) or 'module:function'.")
+    options: dict[str, Any] = Field({}, description="custom: keyword arguments of the judge class.")
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> CascadeTier:
+        if self.kind == "llm" and self.player is None:
+            raise ValueError("an llm tier needs its judge model (player)")
+        if self.kind == "panel" and len(self.panel) < 2:
+            raise ValueError("a panel tier needs two or more judge models (panel)")
+        if self.kind == "custom" and not self.custom:
+            raise ValueError("a custom tier needs custom ('module:Class' or 'module:function')")
+        if self.price is None and self.kind != "verifier":
+            raise ValueError(f"price: {self.kind} tiers need one (USD per battle the tier judges, both orders)")
+        if self.threshold is not None and self.kind != "llm":
+            raise ValueError(f"threshold: a {self.kind} tier gives no log-probabilities (only llm tiers do)")
+        return self
+
+    @property
+    def cost(self) -> float:
+        """Its price (a verifier's is 0 unless set)."""
+        return self.price or 0.0
+
+    def players(self) -> list[PlayerConfig]:
+        return [self.player] if self.player is not None else list(self.panel)
+
+
+class CascadeConfig(Strict):
+    """judge.kind cascade: tiers of judges, cheapest first; a battle goes to the next tier only where
+    the current one is unsure (judges/cascade.py, docs/judges.md#cascade)."""
+
+    tiers: list[CascadeTier] = Field([], description="The judges in order, cheapest first; the last, the strongest "
+                                     "by price, decides whatever reaches it.")
+    audit_share: float = Field(0.05, ge=0, le=1, description="Share of the battles an earlier tier decided that "
+                               "the last tier also judges (drawn by audit_seed), to measure each tier's agreement "
+                               "with it. The earlier tier's verdict stands.")
+    audit_seed: int = Field(0, description="Seed of the audit draw (a battle is audited or not by it alone).")
+    min_agreement: float = Field(0.7, ge=0, le=1, description="Guard: a tier whose audited verdicts agree with the "
+                                 "last tier's less often than this (from min_audits audits, over the iteration's "
+                                 "rounds so far) is acted on by on_low_agreement.")
+    min_audits: int = Field(20, ge=1, description="Guard: the least audits of a tier before its agreement is checked.")
+    on_low_agreement: Literal["escalate", "stop"] = Field(
+        "escalate", description="escalate: the tier is skipped from then on in the run (its round is judged again "
+        "without it); stop: the run stops as the judge guard does (nothing learns from the round).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CascadeConfig:
+        if len(self.tiers) < 2:
+            return self
+        *rest, last = self.tiers
+        dearer = [(i, t.cost) for i, t in enumerate(rest) if t.cost >= last.cost]
+        if dearer:
+            i, price = dearer[0]
+            raise ValueError(f"tiers.{len(rest)}: the last tier decides what the others are unsure of, so it must be "
+                             f"the strongest by price; its price {last.cost:g} is not above tiers.{i}'s {price:g}")
+        if last.threshold is not None:
+            raise ValueError(f"tiers.{len(rest)}.threshold: the last tier has no tier to pass a battle to")
+        names = [p.name for t in self.tiers for p in t.players()]
+        if len(set(names)) < len(names):
+            raise ValueError(f"tiers: each judge model needs its own name (repeated: "
+                             f"{sorted({n for n in names if names.count(n) > 1})})")
+        return self
+
+
 class JudgeConfig(Strict):
-    kind: Literal["verifier", "llm", "hybrid", "panel", "custom", "game", "reward_model"] = Field(
+    kind: Literal["verifier", "llm", "hybrid", "panel", "custom", "game", "reward_model", "cascade"] = Field(
         "verifier", description="verifier (checks the reference), llm (a player judges pairwise), hybrid "
         "(verifier where a reference exists, llm elsewhere), panel (several LLM judges), custom, game (the rules "
-        "decide: world.kind games), reward_model (a reward model scores both answers; the higher wins).")
+        "decide: world.kind games), reward_model (a reward model scores both answers; the higher wins), cascade "
+        "(tiers of judges, cheapest first: judge.cascade).")
     player: PlayerConfig | None = Field(None, description="The judge model, for kinds llm and hybrid (any player kind).")
     template: str = Field("arena_hard", description="Prompt template: arena_hard, wizardarena (1-10 scores), "
                           "or a file path.")
@@ -144,6 +228,8 @@ class JudgeConfig(Strict):
                                           "it less often than this.")
     guard_min_battles: int = Field(20, ge=1, description="Guard: the least battles a figure needs before it is "
                                    "checked (fewer are too noisy to stop a run on).")
+    cascade: CascadeConfig = Field(default_factory=CascadeConfig, description="cascade: the tiers, the audit and "
+                                   "the tiers' guard.")
 
     @model_validator(mode="after")
     def _kind_needs(self) -> JudgeConfig:
@@ -155,6 +241,8 @@ class JudgeConfig(Strict):
             raise ValueError("kind custom needs judge.custom ('module:Class' or 'module:function')")
         if self.kind == "reward_model" and not self.reward_model:
             raise ValueError("kind reward_model needs judge.reward_model (the path of a reward model)")
+        if self.kind == "cascade" and len(self.cascade.tiers) < 2:
+            raise ValueError(f"kind cascade needs two or more tiers (judge.cascade.tiers has {len(self.cascade.tiers)})")
         return self
 
 

@@ -145,6 +145,7 @@ class Generation(_Row):
     text: str
     error: str | None = None
     latency_s: float = 0.0
+    token_logprobs: tuple[tuple[str, float], ...] = ()  # (token, log-probability) of each token, where asked
 
     @property
     def ok(self) -> bool:
@@ -192,7 +193,10 @@ class Judgment(_Row):
     ``margin`` is the verdict's strength (0 for a tie). ``flip`` says whether the two orders
     disagreed (None when only one order was judged); ``members`` holds a panel's member verdicts
     as JSON; ``turns``, for a conversation judged turn by turn, each user turn's mark per seat as
-    JSON (``{"a": [1, 0], "b": [1, 1]}``: 1 right, 0 wrong, null unchecked)."""
+    JSON (``{"a": [1, 0], "b": [1, 1]}``: 1 right, 0 wrong, null unchecked). ``confidence``: the
+    probability the judge gave the verdict it wrote, from the API's log-probabilities (the lower
+    of both orders; None where none were returned). ``cascade``: a cascade's record as JSON, the
+    tier that decided, what each tier it passed said, and the audit's verdict (judges/cascade.py)."""
 
     battle_id: str
     judge: str
@@ -205,6 +209,8 @@ class Judgment(_Row):
     flip: bool | None = None
     members: str = ""
     turns: str = ""
+    confidence: float | None = None
+    cascade: str = ""
 
     @property
     def valid(self) -> bool:

@@ -244,6 +244,37 @@ def judge_lines(summary: dict[str, Any]) -> str:
     return text_table(rows, JUDGE_COLUMNS) if rows else "(no judgments)"
 
 
+CASCADE_COLUMNS = ("iteration", "tier", "judge", "asked", "decided", "escalated_share", "cost_usd", "per_decisive_usd",
+                   "audited", "agreement", "ci_low", "ci_high")
+
+
+def cascade_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per iteration and cascade tier (judge.kind cascade): battles asked and decided, the share
+    escalated, cost and cost per decisive verdict, agreement with the last tier on the audited
+    battles and its 95% interval; then the whole cascade (tier ``all``)."""
+    rows = []
+    for e in summary.get("iterations", []):
+        c = (e.get("judge") or {}).get("cascade")
+        if not c:
+            continue
+        for t in c["tiers"].values():
+            low, high = t.get("agreement_ci") or (None, None)
+            rows.append({"iteration": e["iteration"], **{k: _blank(t.get(k)) for k in CASCADE_COLUMNS[1:9]},
+                         "agreement": _blank(t.get("agreement")), "ci_low": _blank(low), "ci_high": _blank(high)})
+        total = c["total"]
+        rows.append({"iteration": e["iteration"], "tier": "all", "judge": "cascade", "asked": total["judged"],
+                     "decided": total["judged"] - total["invalid"], "escalated_share": "-",
+                     "cost_usd": total["cost_usd"], "per_decisive_usd": _blank(total["per_decisive_usd"]),
+                     "audited": "-", "agreement": "-", "ci_low": "-", "ci_high": "-"})
+    return rows
+
+
+def cascade_lines(summary: dict[str, Any]) -> str:
+    """``cascade_rows`` as a text table (empty when the judge is no cascade)."""
+    rows = cascade_rows(summary)
+    return text_table(rows, CASCADE_COLUMNS) if rows else ""
+
+
 def _blank(v: Any) -> Any:
     return "-" if v is None else v
 

@@ -46,6 +46,7 @@ class Completion:
     text: str
     input_tokens: int = 0
     output_tokens: int = 0
+    token_logprobs: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ class APIPlayer(Player):
                     self.usage.input_tokens += c.input_tokens
                     self.usage.output_tokens += c.output_tokens
                     self.usage.cost_usd += usd
-                    return Generation(self.name, prompt.id, c.text, None, time.perf_counter() - t0)
+                    return Generation(self.name, prompt.id, c.text, None, time.perf_counter() - t0, c.token_logprobs)
                 except BudgetExhausted as e:
                     self.usage.failures += 1
                     return Generation(self.name, prompt.id, "", str(e), time.perf_counter() - t0)

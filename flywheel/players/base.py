@@ -12,12 +12,15 @@ from flywheel.ground.records import Generation, Prompt
 @dataclass(frozen=True)
 class SamplingParams:
     """How a player decodes. ``temperature`` None or 0 means greedy (an API gets no temperature
-    when it is None); generation ends at the first of ``stop`` (which is not included)."""
+    when it is None); generation ends at the first of ``stop`` (which is not included).
+    ``logprobs``: ask for each generated token's log-probability (players that can give them, such
+    as the openai kind, return them in ``Generation.token_logprobs``; others return none)."""
 
     max_new_tokens: int = 12
     temperature: float | None = None
     seed: int = 0
     stop: tuple[str, ...] = ()
+    logprobs: bool = False
 
     @property
     def greedy(self) -> bool:

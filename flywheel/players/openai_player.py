@@ -76,7 +76,7 @@ class OpenAIPlayer(APIPlayer):
             if not isinstance(text, str):
                 raise TypeError("no text content")
             return Completion(text.strip(), int(getattr(usage, "prompt_tokens", 0) or 0),
-                              int(getattr(usage, "completion_tokens", 0) or 0))
+                              int(getattr(usage, "completion_tokens", 0) or 0), chat_logprobs(resp.choices[0]))
         except (AttributeError, IndexError, TypeError, ValueError) as e:
             raise MalformedResponse(f"malformed chat completion: {e}") from None
 
@@ -85,6 +85,8 @@ class OpenAIPlayer(APIPlayer):
         it) through the legacy completions API, which takes ``max_tokens``."""
         body = self.payload(params)
         body["max_tokens"] = body.pop(self.max_tokens_field)
+        if params.logprobs:
+            body["logprobs"] = 1  # the legacy API's count of alternatives per token
         text = raw_prompt(prompt.text, self.system_prompt, history_of(prompt))
         resp = await client.completions.create(model=self.model, prompt=text, **body)
         try:
@@ -93,7 +95,7 @@ class OpenAIPlayer(APIPlayer):
                 raise TypeError("no text")
             usage = resp.usage
             return Completion(out.strip(), int(getattr(usage, "prompt_tokens", 0) or 0),
-                              int(getattr(usage, "completion_tokens", 0) or 0))
+                              int(getattr(usage, "completion_tokens", 0) or 0), raw_logprobs(resp.choices[0]))
         except (AttributeError, IndexError, TypeError, ValueError) as e:
             raise MalformedResponse(f"malformed completion: {e}") from None
 
@@ -106,6 +108,8 @@ class OpenAIPlayer(APIPlayer):
             out["temperature"] = params.temperature
         if params.stop:
             out["stop"] = list(params.stop)
+        if params.logprobs:
+            out["logprobs"] = True
         return out
 
     def load_lora_adapter(self, lora_name: str, lora_path: str) -> None:
@@ -119,6 +123,19 @@ class OpenAIPlayer(APIPlayer):
                            headers={"Authorization": f"Bearer {self._key}"}, timeout=self.timeout_s)
             if r.status_code >= 400:
                 raise RuntimeError(f"{base}: load_lora_adapter {lora_name} failed: {r.status_code} {r.text[:200]}")
+
+
+def chat_logprobs(choice) -> tuple[tuple[str, float], ...]:
+    """(token, log-probability) of each generated token of a chat choice; none where not returned."""
+    content = getattr(getattr(choice, "logprobs", None), "content", None) or []
+    return tuple((str(t.token), float(t.logprob)) for t in content)
+
+
+def raw_logprobs(choice) -> tuple[tuple[str, float], ...]:
+    """The same for a legacy completions choice (``logprobs.tokens`` beside ``logprobs.token_logprobs``)."""
+    lp = getattr(choice, "logprobs", None)
+    tokens, values = getattr(lp, "tokens", None) or [], getattr(lp, "token_logprobs", None) or []
+    return tuple((str(t), float(v)) for t, v in zip(tokens, values) if v is not None)
 
 
 _API_KWARGS = {"max_concurrency", "timeout_s", "retry", "price_input_per_mtok", "price_output_per_mtok", "budget", "seed"}

@@ -36,6 +36,12 @@ class JsonRecord(Protocol):
 
 R = TypeVar("R", bound=JsonRecord)
 
+
+def cascade_guard_stage(rnd: int) -> str:
+    """The stage file where the cascade's guard records the tiers it turned off in round ``rnd``."""
+    return f"judge-cascade-r{rnd}"
+
+
 # The contexts of run directories open in this process, by resolved path: the flow's own one
 # (registered by open_run), and those that workers build for mapped shards.
 _CONTEXTS: dict[str, Context] = {}
@@ -100,7 +106,18 @@ class Context:
 
     @functools.cached_property
     def judge(self) -> PairwiseJudge:
-        return build_judge(self.cfg.judge, self.roster, self.store.judge_outputs if self.cfg.judge.cache else None)
+        return build_judge(self.cfg.judge, self.roster, self.store.judge_outputs if self.cfg.judge.cache else None,
+                           self.cascade_off)
+
+    def cascade_off(self) -> set[tuple[int, str]]:
+        """The cascade tiers its guard turned off so far in the run, as (tier, judge name): every
+        ``stages/judge-cascade-r<rnd>.json`` of every iteration (flywheel/stages/judge.py)."""
+        off: set[tuple[int, str]] = set()
+        for k in range(1, self.cfg.run.iterations + 1):
+            for rnd in range(1, self.cfg.select.rounds + 1):
+                data = self.store.stage_json(k, cascade_guard_stage(rnd)) or {}
+                off.update((t["tier"], t["judge"]) for t in data.get("off", []))
+        return off
 
     @functools.cached_property
     def correct(self) -> Callable[[str | None, Prompt], bool]:

@@ -13,6 +13,8 @@ from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
 from flywheel.stages.select import count_arms, count_askers, load_selector
 from judges.build import build_verifier
+from judges.cascade import CascadeJudge
+from judges.cascade_report import cascade_section
 from judges.diagnostics import diagnose
 
 
@@ -57,9 +59,18 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
 
 def judge_report(ctx: Context, k: int) -> dict[str, Any]:
     """Iteration ``k``'s judge diagnostics: invalid verdicts, position flips, length bias,
-    self-preference and (for panels) agreement, over its train and eval battles."""
+    self-preference and (for panels) agreement, over its train and eval battles; a cascade's tiers."""
     verifier = build_verifier(ctx.cfg.judge.verifier)
-    return diagnose(ctx.store.battles(k), ctx.store.judgments(k), ctx.judge.model, verifier, ctx.judge.name)
+    judgments = ctx.store.judgments(k)
+    out = diagnose(ctx.store.battles(k), judgments, ctx.judge.model, verifier, ctx.judge.name)
+    if isinstance(ctx.judge, CascadeJudge):
+        usage = usage_summary(ctx.store, k)
+        metered = [sum(usage.get(f"judge:{p.name}", {}).get("cost_usd", 0.0) for p in tc.players()) or None
+                   for tc in ctx.cfg.judge.cascade.tiers]
+        tiers = ctx.judge.tiers
+        out["cascade"] = cascade_section(judgments.values(), [t.judge.name for t in tiers], [t.price for t in tiers],
+                                         metered)
+    return out
 
 
 def usage_summary(store: RunStore, k: int) -> dict[str, dict[str, float]]:
