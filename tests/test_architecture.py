@@ -44,6 +44,8 @@ def test_the_tree_keeps_every_contract():
     ("flywheel/maths/bandits.py", "from flywheel.ground.store import RunStore", "Maths is pure"),
     # a stage importing Prefect
     ("flywheel/stages/rate.py", "import prefect", "Stages run without Prefect"),
+    # a judge reaching into the trainer for its reward types (as judges/rewards.py once did)
+    ("judges/verifier.py", "from flywheel.learning.rl import Scorer", "A judge does not need the trainer"),
 ])
 def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract):
     root = copy_tree(tmp_path)

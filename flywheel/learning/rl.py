@@ -1,6 +1,6 @@
 """Reinforcement learning from rewards: a GRPO phase (TRL's ``GRPOTrainer``) whose reward is a
-scorer the caller builds from the run's judges (judges/rewards.py), and the rollouts it trained
-on, kept as a dataset.
+scorer the caller builds from the run's judges (flywheel/learning/judge_rewards.py), and the
+rollouts it trained on, kept as a dataset.
 
 A scorer takes ``(prompts, completions, columns)`` (the answers' texts and the prompts' dataset
 columns) and returns one ``(reward, error)`` per answer. A prompt may be a later user turn of a

@@ -174,7 +174,8 @@ def train_reward(ctx: Context, k: int, t: str, steps: int, tc) -> dict:
     own version is carried forward unchanged."""
     from dataclasses import replace
 
-    from flywheel.learning.reward_model import RewardScorer, pair_accuracy, train_reward_model
+    from flywheel.learning.reward_model import pair_accuracy, train_reward_model
+    from judges.reward_scorer import RewardScorer
 
     out = ctx.store.reward_model_dir(t, k)
     pairs = reward_pairs(ctx, k, t)
@@ -235,7 +236,7 @@ def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
     train battles (each once; in a conversation each user turn after the target's own earlier
     answers: ``flywheel.stages.rl_prompts``), with their references and baselines, and the reward
     ``train.rl.reward`` names."""
-    from judges.rewards import build_reward
+    from flywheel.learning.judge_rewards import build_reward
 
     made = ctx.store.latest_reward_model(t, k)
     return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t,
