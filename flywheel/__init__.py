@@ -2,7 +2,3 @@
 ``games`` (rules), ``players``, ``judges`` (top-level), ``learning``, ``worlds``, ``arena``,
 ``stages``, ``flows`` (top-level), ``face``; the import-linter contracts in ``pyproject.toml``
 keep each part to the parts below it."""
-
-from flywheel import _moved
-
-_moved.install()

@@ -327,7 +327,7 @@ def test_bad_hanabi_sizes_and_partners_are_one_error_before_any_run_directory(tm
         got = CliRunner().invoke(app, ["check", *base, *extra])
         assert got.exit_code == 2 and got.stderr.startswith("error: ") and says in got.stderr, got.output
         assert "Traceback" not in got.output
-    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *base, *cases[-1][0]], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *base, *cases[-1][0]], capture_output=True,
                           text=True, env=cli_env, timeout=120)
     assert proc.returncode == 2 and cases[-1][1] in proc.stderr and "Traceback" not in proc.stderr
     assert not root.exists()
