@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
+from flywheel.ground.atomic import append_bytes, atomic_write_dir, atomic_write_text
+from flywheel.ground.row_files import read_jsonl
 
 Scored = tuple[float | None, str | None]
 Scorer = Callable[[list[str], list[str], dict[str, list]], list[Scored]]
@@ -81,19 +82,10 @@ class RolloutLog:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in rows))
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                break  # the last line a kill cut short
-        return out
+        return read_jsonl(self.path)
 
     def append(self, rows: list[dict]) -> None:
-        with self.path.open("a") as f:
-            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        append_bytes(self.path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 class RecordedReward:
