@@ -60,6 +60,8 @@ def append_bytes(path: Path, text: str, only_if_empty: bool = False) -> bool:
 def _whole_lines(fd: int) -> int:
     """Cut a torn last line (one without its newline) off the open file; its size after."""
     size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return size
     end = size
     while end:
         chunk = os.pread(fd, min(end, 1 << 16), end - min(end, 1 << 16))
@@ -68,8 +70,7 @@ def _whole_lines(fd: int) -> int:
             end -= len(chunk) - cut - 1
             break
         end -= len(chunk)
-    if end != size:
-        os.ftruncate(fd, end)
+    os.ftruncate(fd, end)
     return end
 
 
