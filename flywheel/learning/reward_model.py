@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flywheel.ground import progress
+from flywheel.ground.cards import hub_card
 from flywheel.ground.checkpoints import save_checkpoint
 from flywheel.ground.config import TrainConfig
 from flywheel.learning.training import (
@@ -136,8 +137,7 @@ def model_card(base: str, out: Path, result: RewardModelResult, pairs, extra: di
     fmt = "conversational" if pairs.num_rows and not isinstance(pairs[0]["chosen"], str) else "text"
     fmt += "" if "prompt" in pairs.column_names else ", implicit prompt"
     fmt_acc = "n/a" if result.train_accuracy is None else f"{result.train_accuracy:.3f}"
-    return (
-        "---\nlibrary_name: transformers\ntags: [trl, reward-model, flywheel]\n---\n\n"
+    text = (
         f"# Reward model {out.name}\n\n"
         "A Bradley-Terry reward model trained with TRL's `RewardTrainer`: a sequence-classification head "
         "(one scalar) on the weights of\n"
@@ -150,6 +150,7 @@ def model_card(base: str, out: Path, result: RewardModelResult, pairs, extra: di
         + "\nScore an answer with `judges.reward_scorer.RewardScorer(path).score(prompts, answers)`; "
         "judge battles with it as `judge.kind: reward_model`.\n"
     )
+    return hub_card("model", text, library_name="transformers", tags=["trl", "reward-model", "flywheel"])
 
 
 def pair_accuracy(scorer: RewardScorer, pairs) -> float | None:
