@@ -145,11 +145,11 @@ def main() -> None:
 
     from flywheel.ground.checkpoints import load_checkpoint
     from flywheel.ground.config_io import load_config
+    from flywheel.learning.judge_rewards import verifier_reward
     from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog
     from flywheel.learning.training import TrainJob, train_version
     from flywheel.worlds.world import world_pools
     from judges.build import build_verifier
-    from judges.rewards import verifier_reward
 
     world = worlds_of(args)[0]
     cfg = load_config(None, [*world.overrides(), *args.overrides])

@@ -3,7 +3,7 @@ battle, and the higher score wins.
 
 The reward model is one trained by a run (``train.method: reward``, saved under
 ``<run>/reward-models/<target>@<k>``) or any sequence-classification checkpoint with one output
-(``flywheel.learning.reward_model.RewardScorer``). Each answer is scored on its own, so the seat
+(``judges.reward_scorer.RewardScorer``). Each answer is scored on its own, so the seat
 an answer sits in cannot matter: there is no position bias to cancel and ``flip`` stays None.
 
 The margin is the Bradley-Terry confidence beyond a coin flip, ``|2 * sigmoid(r_a - r_b) - 1|``
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
+from judges.reward_scorer import RewardScorer
 
 
 def bt_margin(reward_a: float, reward_b: float) -> float:
@@ -41,8 +42,6 @@ class RewardModelJudge(PairwiseJudge):
 
     def __init__(self, path: str | Path, tie_margin: float = 0.02, device: str = "auto", batch_size: int = 64,
                  dtype: str = "auto", chat: bool | None = None) -> None:
-        from flywheel.learning.reward_model import RewardScorer
-
         if not 0 <= tie_margin < 1:
             raise ValueError(f"tie_margin {tie_margin}: expected 0 <= tie_margin < 1")
         self.scorer = RewardScorer(path, device=device, batch_size=batch_size, dtype=dtype)

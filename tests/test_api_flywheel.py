@@ -34,7 +34,7 @@ def test_api_opponents_and_judge_end_to_end(tiny_models_dir, tmp_path, cli_env):
         path = tmp_path / "api.yaml"
         path.write_text(yaml.safe_dump(tree))
         env = {**cli_env, "FLYWHEEL_SECRET": SECRET}
-        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
+        proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", str(path)], env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "api"
@@ -87,7 +87,7 @@ def test_a_served_target_gets_each_version_as_a_lora_adapter(tiny_models_dir, tm
         tree["train"].update({"lora": True, "lora_r": 4})
         path = tmp_path / "served.yaml"
         path.write_text(yaml.safe_dump(tree))
-        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=cli_env,
+        proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", str(path)], env=cli_env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "served"
@@ -118,7 +118,7 @@ def test_judge_guard_stops_a_position_biased_judge_before_training_and_resumes_c
                                                    "base_urls": [biased.url], "max_new_tokens": 64, **api}}
         path = tmp_path / "guarded.yaml"
         path.write_text(yaml.safe_dump(tree))
-        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
+        proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", str(path)], env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 1, proc.stderr[-3000:]  # a failure while working, not a usage error
         assert "judge guard stopped iteration 1, round 1" in proc.stderr and "position-flip rate 1.00" in proc.stderr
@@ -131,7 +131,7 @@ def test_judge_guard_stops_a_position_biased_judge_before_training_and_resumes_c
         config = yaml.safe_load((run / "config.yaml").read_text())
         config["judge"]["player"]["base_urls"] = [honest.url]  # the fix: the same judge model, served right
         (run / "config.yaml").write_text(yaml.safe_dump(config))
-        proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", "--resume", str(run)], env=env,
+        proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", "--resume", str(run)], env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     judgments = [j for f in (run / "judgments").glob("iter-0001-train-*") for j in pq.read_table(f).to_pylist()]

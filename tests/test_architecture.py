@@ -44,6 +44,8 @@ def test_the_tree_keeps_every_contract():
     ("flywheel/maths/bandits.py", "from flywheel.ground.store import RunStore", "Maths is pure"),
     # a stage importing Prefect
     ("flywheel/stages/rate.py", "import prefect", "Stages run without Prefect"),
+    # a judge reaching into the trainer for its reward types (as judges/rewards.py once did)
+    ("judges/verifier.py", "from flywheel.learning.rl import Scorer", "A judge does not need the trainer"),
 ])
 def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract):
     root = copy_tree(tmp_path)
@@ -55,19 +57,23 @@ def test_a_bad_import_breaks_its_contract(tmp_path, module, bad_import, contract
     assert any(line.startswith(contract) for line in broken), p.stdout
 
 
-def test_old_module_paths_still_import_as_the_same_modules():
-    """A saved config's ``module:Class`` and a user's imports of the flat layout keep working."""
-    import flywheel.store
+def test_the_command_and_the_watchdog_run_from_their_own_module_paths():
+    """The console script and ``python -m`` name the command's own module, the watchdog a run spawns
+    runs from its own, and ``import flywheel`` installs no alias of an old module path."""
+    import importlib.util
+    import tomllib
 
-    import flywheel.ground.store
-    import flywheel.players.reference
-    from flywheel.players.registry import resolve
+    import flywheel  # noqa: F401 - importing the package must not install an import hook
 
-    assert flywheel.store is flywheel.ground.store
-    assert resolve("flywheel.games.reference:RandomMover") is flywheel.players.reference.RandomMover
-    # python -m through an old path runs the module's code (the ``accelerate launch -m`` form)
-    p = subprocess.run([sys.executable, "-m", "flywheel.interrupt"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"flywheel": "flywheel.face.cli:main"}
+    assert importlib.util.find_spec("flywheel.store") is None  # the flat layout's path is gone
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "--help"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert p.returncode == 0 and "bootstrap" in p.stdout, p.stderr
+    p = subprocess.run([sys.executable, "-m", "flywheel.ground.interrupt"], capture_output=True, text=True,
+                       timeout=60, env=env)
     assert p.returncode == 0, p.stderr
 
 

@@ -61,6 +61,17 @@ def test_the_asker_bandit_spends_most_battles_on_the_asker_whose_conversations_t
     assert load_selector(_context(tmp_path, "followups"), "student", 2, 1).askers is None
 
 
+def test_a_rounds_result_counts_its_plans_battles_per_arm_and_per_asker_by_name(tmp_path):
+    ctx = _context(tmp_path, ["followups", "parrot"])
+    result = select_round(ctx, 1, 1, {"student": 160})
+    plan = ctx.store.plan(1, 1)
+    assert result.arms == {a: sum(s.arm == a for s in plan) for a in sorted({s.arm for s in plan})}
+    assert list(result.arms) == sorted(result.arms) and len(result.arms) > 1
+    assert result.askers == {"followups": sum(s.asker == "followups" for s in plan),
+                             "parrot": sum(s.asker == "parrot" for s in plan)}
+    assert sum(result.arms.values()) == sum(result.askers.values()) == result.battles == len(plan) == 40
+
+
 def test_one_asker_plans_the_battles_of_several_without_an_asker_column(tmp_path):
     one = _context(tmp_path, "followups", name="one")
     two = _context(tmp_path, ["followups", "parrot"], name="two")

@@ -59,7 +59,7 @@ def test_unknown_section_in_file(tmp_path):
 def test_cli_rejects_bad_config_with_exit_2_and_writes_nothing(tmp_path, cli_env):
     root = tmp_path / "runs"
     proc = subprocess.run(
-        [sys.executable, "-m", "flywheel.cli", "run", "--set", f"run.root={root}", "--set", "train.steps=-3"],
+        [sys.executable, "-m", "flywheel.face.cli", "run", "--set", f"run.root={root}", "--set", "train.steps=-3"],
         capture_output=True, text=True, env=cli_env, timeout=120,
     )
     assert proc.returncode == 2
@@ -165,7 +165,7 @@ def test_bad_input_is_one_error_line_exit_2_and_no_run_directory(tmp_path, cli_e
         check = CliRunner().invoke(app, ["check", *args])
         assert check.exit_code == 2 and check.stderr.strip() == line, check.output
         if i in (0, 3):  # a file's error and a --set's, in a real process: its exit status and whole stderr
-            proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *args], capture_output=True,
+            proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *args], capture_output=True,
                                   text=True, env=cli_env, timeout=120)
             code, err = proc.returncode, proc.stderr
         else:

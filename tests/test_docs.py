@@ -38,7 +38,7 @@ def test_the_configuration_reference_is_generated_from_the_current_config_models
 def test_the_configuration_reference_names_every_field_of_every_section():
     from pydantic import BaseModel
 
-    from flywheel.config import FlywheelConfig
+    from flywheel.ground.config import FlywheelConfig
 
     text = _reference().render()
     seen: set[type] = set()
@@ -127,7 +127,7 @@ def _flywheel_command():
     and validates the arguments (commands, options, choices, ranges) and runs nothing."""
     import typer.main
 
-    from flywheel.cli import app
+    from flywheel.face.cli import app
 
     root = typer.main.get_command(app)
 

@@ -145,7 +145,7 @@ def test_battle_log_matches_the_plan_exactly(finished_run):
 
 
 def test_elo_command_prints_the_leaderboard(finished_run, cli_env):
-    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(finished_run.root), "--format", "json"],
+    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(finished_run.root), "--format", "json"],
                          capture_output=True, text=True, env=cli_env, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -154,7 +154,7 @@ def test_elo_command_prints_the_leaderboard(finished_run, cli_env):
 
 
 def test_a_run_directory_in_use_is_refused(finished_run, cli_env):
-    cmd = [sys.executable, "-m", "flywheel.cli", "run", "--resume", str(finished_run.root), "--json"]
+    cmd = [sys.executable, "-m", "flywheel.face.cli", "run", "--resume", str(finished_run.root), "--json"]
     other = RunStore(finished_run.root)
     other.lock()
     try:
@@ -197,7 +197,7 @@ def test_eval_subsets_are_stratified_and_rated(finished_run):
 
 def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path):
     def elo(*args):
-        p = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(finished_run.root), *args],
+        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(finished_run.root), *args],
                            capture_output=True, text=True, env=cli_env, timeout=120)
         assert p.returncode == 0, p.stderr
         return p.stdout
@@ -273,7 +273,7 @@ def test_bandit_state_and_report(finished_run, cli_env):
         reward = finished_run.stage_json(2, f"reward-r{r}")
         assert reward["reward"] == "yield" and reward["battles"] == {"student": len(plans[r])}
         assert 0 <= reward["mean"]["student"] <= 1
-    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "arms", str(root), "--format", "json"],
+    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "arms", str(root), "--format", "json"],
                          capture_output=True, text=True, env=cli_env, timeout=120)
     rows = json.loads(out.stdout)
     assert {r["target"] for r in rows} == {"student"} and sum(r["battles"] for r in rows) == 48
@@ -284,8 +284,8 @@ def test_elo_consistency_with_a_reference(finished_run, cli_env, tmp_path):
     rows = json.loads((finished_run.root / "ratings" / "iter-0002.json").read_text())
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({r["model"]: r["rating"] for r in rows}))
-    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(finished_run.root), "--reference", str(ref),
-                          "--format", "json"], capture_output=True, text=True, env=cli_env, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(finished_run.root), "--reference",
+                          str(ref), "--format", "json"], capture_output=True, text=True, env=cli_env, timeout=120)
     assert out.returncode == 0, out.stderr
     cons = json.loads(out.stdout)
     assert cons["spearman"] == 1.0 and cons["models"] == len(rows)
@@ -293,7 +293,7 @@ def test_elo_consistency_with_a_reference(finished_run, cli_env, tmp_path):
 
 # -- flywheel data: ls, show, stats, export on a real run directory ---------------------------
 def data(cli_env, *args, ok=True):
-    p = subprocess.run([sys.executable, "-m", "flywheel.cli", "data", *map(str, args)],
+    p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "data", *map(str, args)],
                        capture_output=True, text=True, env=cli_env, timeout=120)
     assert (p.returncode == 0) == ok, p.stderr
     return p
@@ -473,8 +473,8 @@ def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_mod
 
 def test_exports_in_arena_arena_hard_and_messages_layouts(finished_run, cli_env, tmp_path):
     def cli(*args):
-        p = subprocess.run([sys.executable, "-m", "flywheel.cli", *args], capture_output=True, text=True, env=cli_env,
-                           timeout=120)
+        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", *args], capture_output=True, text=True,
+                           env=cli_env, timeout=120)
         assert p.returncode == 0, p.stderr
         return p.stdout
 
@@ -527,7 +527,7 @@ def test_data_push_dry_run_lists_the_commit_and_a_failed_push_is_one_line(finish
     want = {f"{kind}-iter{e['iteration']}" for e in summary[1:] for kind, n in (("sft", e["sft_examples"]),
                                                                                  ("dpo", e["dpo_pairs"])) if n}
     assert {c["config_name"] for c in front["configs"]} == want
-    cmd = [sys.executable, "-m", "flywheel.cli", "data", "push", str(root), "--repo", "someone/flywheel-run"]
+    cmd = [sys.executable, "-m", "flywheel.face.cli", "data", "push", str(root), "--repo", "someone/flywheel-run"]
     dry = subprocess.run([*cmd, "--dry-run"], capture_output=True, text=True, env=cli_env, timeout=120)
     assert dry.returncode == 0 and dry.stdout.splitlines()[0].startswith("README.md\t")
     assert len(dry.stdout.splitlines()) == len(ops) and "nothing was uploaded" in dry.stderr
@@ -605,7 +605,7 @@ def test_a_damaged_run_file_or_checkpoint_is_named_in_one_line(finished_run, cli
     ratings = sorted((run / "ratings").glob("iter-*.json"))[-1]
     ratings.write_text(ratings.read_text()[:50])
     for args, named in ((["data", "ls", str(run)], shard), (["elo", str(run)], ratings)):
-        p = subprocess.run([sys.executable, "-m", "flywheel.cli", *args], env=cli_env, capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", *args], env=cli_env, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
         assert p.stderr.startswith("error: ") and str(named) in p.stderr and len(p.stderr.splitlines()) == 1
@@ -617,7 +617,7 @@ def test_a_damaged_run_file_or_checkpoint_is_named_in_one_line(finished_run, cli
     cfg = yaml.safe_load((finished_run.root / "config.yaml").read_text())
     cfg["targets"][0]["path"], cfg["run"]["name"] = str(model), "damaged-model"
     (tmp_path / "damaged.yaml").write_text(yaml.safe_dump(cfg))
-    p = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(tmp_path / "damaged.yaml")], env=cli_env,
+    p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", str(tmp_path / "damaged.yaml")], env=cli_env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"error: {model}: its weights cannot be read" in p.stderr

@@ -91,12 +91,12 @@ def test_winners_moves_are_the_datasets(game_run):
 
 
 def test_elo_shows_versions_against_the_reference_players(game_run, cli_env):
-    out = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(game_run.root), "--format", "json"],
+    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(game_run.root), "--format", "json"],
                          capture_output=True, text=True, env=cli_env, timeout=120)
     assert out.returncode == 0, out.stderr
     rows = {r["model"]: r for r in json.loads(out.stdout)}
     assert set(rows) == {"gstudent@0", "gstudent@1", "gstudent@2", "random", "minimax"}
     assert {"wd_vs_random", "wd_vs_minimax"} <= set(rows["gstudent@2"])
-    table = subprocess.run([sys.executable, "-m", "flywheel.cli", "elo", str(game_run.root)],
+    table = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(game_run.root)],
                            capture_output=True, text=True, env=cli_env, timeout=120).stdout
     assert "wd_vs_minimax" in table.splitlines()[0]

@@ -333,7 +333,7 @@ def test_bad_hanabi_sizes_partners_and_labels_are_one_error_before_any_run_direc
         assert "Traceback" not in got.output
     asked = CliRunner().invoke(app, ["check", *base, "--set", "world.games.hanabi.labels=hidden_card"])
     assert asked.exit_code == 0, asked.output  # the labels that read the seat's own cards, when asked for
-    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *base, *cases[-1][0]], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *base, *cases[-1][0]], capture_output=True,
                           text=True, env=cli_env, timeout=120)
     assert proc.returncode == 2 and cases[-1][1] in proc.stderr and "Traceback" not in proc.stderr
     assert not root.exists()

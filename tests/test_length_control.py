@@ -130,7 +130,7 @@ def run_dir(tmp_path_factory):
 
 def flywheel(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run([sys.executable, "-m", "flywheel.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "flywheel.face.cli", *args], capture_output=True, text=True, env=env,
                           timeout=120)
 
 

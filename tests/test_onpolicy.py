@@ -248,8 +248,8 @@ def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(ti
                                                train__method="expert",
                                                train__rl={"generations": 4, "reward": "my_rewards:never"})))
     env = {**cli_env, "PYTHONPATH": str(tmp_path / "user")}
-    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", str(recipe)], capture_output=True, text=True,
-                          env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", str(recipe)], capture_output=True,
+                          text=True, env=env, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 1 and errors == [
         "error: train.rl.reward my_rewards:never: 100% of target student's rewards failed (over train.rl.max_failed "

@@ -109,7 +109,8 @@ def test_pools_join_the_train_pool_without_eval_prompts(tmp_path):
 def test_ingest_command_reports_and_writes_a_pool(tmp_path, cli_env):
     a = jsonl(tmp_path / "a.jsonl", [{"instruction": "x"}, {"instruction": "y", "category": "c"}])
     b = jsonl(tmp_path / "b.jsonl", [{"prompt": "x"}, {"nope": 1}])
-    cmd = [sys.executable, "-m", "flywheel.cli", "data", "ingest", str(a), str(b), "--out", str(tmp_path / "pool.jsonl")]
+    cmd = [sys.executable, "-m", "flywheel.face.cli", "data", "ingest", str(a), str(b), "--out",
+           str(tmp_path / "pool.jsonl")]
     p = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=120)
     assert p.returncode == 2 and "b.jsonl:2: no 'prompt'" in p.stderr and not (tmp_path / "pool.jsonl").exists()
     p = subprocess.run(cmd + ["--skip-bad"], capture_output=True, text=True, env=cli_env, timeout=120)
@@ -128,7 +129,7 @@ def test_empty_binary_or_truncated_prompt_files_are_one_line_and_write_nothing(t
     (tmp_path / "all-bad.jsonl").write_text("{broken\n")
     for name, why in (("empty.jsonl", "empty: no prompts"), ("binary.jsonl", "cannot be read as jsonl"),
                       ("broken.parquet", "cannot be read as parquet"), ("all-bad.jsonl", "no prompts in")):
-        cmd = [sys.executable, "-m", "flywheel.cli", "data", "ingest", str(tmp_path / name), "--skip-bad",
+        cmd = [sys.executable, "-m", "flywheel.face.cli", "data", "ingest", str(tmp_path / name), "--skip-bad",
                "--out", str(tmp_path / "out.jsonl")]
         p = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=120)
         assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, (name, p.stderr)

@@ -11,7 +11,8 @@ from tests.test_ratings import classic_mle, simulate
 
 
 def run(args, env, ok=True):
-    p = subprocess.run([sys.executable, "-m", "flywheel.cli", *args], capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", *args], capture_output=True, text=True, env=env,
+                       timeout=120)
     if ok:
         assert p.returncode == 0, p.stderr
     return p

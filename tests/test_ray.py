@@ -58,7 +58,7 @@ def test_a_local_ray_instance_plays_the_same_battles_as_the_default_runner(tiny_
     env = {k: v for k, v in os.environ.items() if k not in LOCAL_RAY_ENV and k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(tmp_path / "prefect"), RAY_TMPDIR=str(ray_tmp),
                RAY_AUTH_TOKEN=secrets.token_hex(32))  # the instance's token, not written to ~/.ray/auth_token
-    proc = subprocess.Popen([sys.executable, "-m", "flywheel.cli", "run", str(recipe), "--json"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.face.cli", "run", str(recipe), "--json"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=300)

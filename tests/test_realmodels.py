@@ -32,13 +32,13 @@ def test_a_missing_or_corrupt_gguf_is_one_line_and_writes_nothing(tmp_path, cont
 def test_the_cli_says_what_is_wrong_without_a_traceback(tmp_path, cli_env):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
-    p = subprocess.run([sys.executable, "-m", "flywheel.cli", "models", "add", "m", "--gguf", str(bad),
+    p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "models", "add", "m", "--gguf", str(bad),
                         "--models-dir", str(tmp_path / "models")], capture_output=True, text=True, env=cli_env)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.strip().startswith("error: ") and "cannot be read as a GGUF model" in p.stderr
     assert not (tmp_path / "models" / "m").exists()
-    unknown = subprocess.run([sys.executable, "-m", "flywheel.cli", "models", "add", "smolm2"], capture_output=True,
-                             text=True, env=cli_env)
+    unknown = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "models", "add", "smolm2"],
+                             capture_output=True, text=True, env=cli_env)
     assert unknown.returncode == 1 and "unknown model 'smolm2' (known: smollm2)" in unknown.stderr
 
 
@@ -108,7 +108,7 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
     cli_env = {k: v for k, v in cli_env.items() if k not in ("FLYWHEEL_UNSET_KEY", "ANTHROPIC_API_KEY")}
     unset = {"FLYWHEEL_UNSET_KEY": None, "ANTHROPIC_API_KEY": None}
     for args, line in cases:
-        p = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", *common, *args], capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *common, *args], capture_output=True,
                            text=True, env=cli_env)
         assert p.returncode == 2 and p.stderr.strip() == line, p.stderr
         assert not runs.exists()

@@ -47,7 +47,7 @@ def test_a_run_killed_three_ways_resumes_without_losses_or_duplicates(tiny_confi
                             run__shard_size=24)
     run_dir = cfg.run.root / "killed"
     battles = run_dir / "battles"
-    cmd = [sys.executable, "-m", "flywheel.cli", "run"]
+    cmd = [sys.executable, "-m", "flywheel.face.cli", "run"]
     resume = cmd + ["--resume", str(run_dir)]
     hint = f"continue it with: flywheel run --resume {run_dir}"
 
@@ -128,7 +128,7 @@ def test_a_run_directory_made_before_the_stage_restructure_resumes(tiny_models_d
     kept = {p.relative_to(fixture): p.read_bytes() for p in fixture.rglob("*") if kept_as_is(p)}
     before = json.loads((fixture / "summary.json").read_text())
 
-    resumed = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", "--resume", str(run_dir)], env=cli_env,
+    resumed = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", "--resume", str(run_dir)], env=cli_env,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for rel, data in kept.items():  # logs only grow; shards, plans and stage results stay as they were
@@ -187,7 +187,7 @@ def test_a_run_killed_alone_leaves_no_process_behind(tiny_config, cli_env):
 
     cfg, path = tiny_config(run__name="alone", select__battles_per_iteration=96, run__shard_size=24)
     env = {k: v for k, v in cli_env.items() if k != "PREFECT_API_URL"}  # no server: Prefect starts its own
-    proc = subprocess.Popen([sys.executable, "-m", "flywheel.cli", "run", str(path)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "flywheel.face.cli", "run", str(path)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     started = cfg.run.root / "alone" / "config.yaml"  # written once the server is up and the run has begun
 
@@ -221,7 +221,7 @@ def test_resume_extends_a_finished_run_with_run_iterations_and_refuses_anything_
 
     cfg, path = tiny_config(run__name="extended", run__iterations=1, select__battles_per_iteration=16, train__steps=2)
     run_dir = cfg.run.root / "extended"
-    cli = [sys.executable, "-m", "flywheel.cli", "run"]
+    cli = [sys.executable, "-m", "flywheel.face.cli", "run"]
     first = subprocess.run(cli + [str(path)], env=cli_env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
 

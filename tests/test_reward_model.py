@@ -13,9 +13,10 @@ from transformers import AutoModelForSequenceClassification, set_seed
 
 from flywheel.ground.config import JudgeConfig, TrainConfig
 from flywheel.ground.records import Battle
-from flywheel.learning.reward_model import RewardScorer, pair_accuracy, train_reward_model
+from flywheel.learning.reward_model import pair_accuracy, train_reward_model
 from judges.build import build_judge
 from judges.reward_model import RewardModelJudge, bt_margin
+from judges.reward_scorer import RewardScorer
 
 CFG = TrainConfig(batch_size=16, checkpoint_steps=0)
 

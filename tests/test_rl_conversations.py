@@ -13,11 +13,11 @@ from flywheel.ground.config import RL_METHODS, FlywheelConfig, JudgeConfig
 from flywheel.ground.conversation import decode, encode, plain
 from flywheel.ground.records import Battle, BattleSpec, Judgment, Prompt, base_name
 from flywheel.ground.store import RunStore
+from flywheel.learning.judge_rewards import judge_reward, model_reward, verifier_reward
 from flywheel.stages.context import Context
 from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.worlds.followups import ProceduralAsker, follow_up
 from judges.build import build_verifier
-from judges.rewards import judge_reward, model_reward, verifier_reward
 from judges.verifier import VerifierJudge
 from tests.test_rl import Scripted
 

@@ -19,7 +19,7 @@ def test_a_tracker_store_that_cannot_be_written_is_one_error_line_exit_2_and_no_
     a_file.write_text("not a folder")
     root = tmp_path / "runs"
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
-    proc = subprocess.run([sys.executable, "-m", "flywheel.cli", "run", "--set", f"run.root={root}",
+    proc = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", "--set", f"run.root={root}",
                            "--set", "tracking.kind=mlflow", "--set", f"tracking.uri=sqlite:///{a_file}/mlflow.db"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.records import Prompt
+from flywheel.ground.row_files import read_jsonl
 from flywheel.learning.onpolicy import Group, PromptPosterior, cell_of, pick
 from flywheel.learning.rl import Scorer, finite, scored_safely
 from flywheel.players.base import Player, SamplingParams
@@ -37,7 +38,7 @@ def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scor
     target's sampling (temperature set). ``saved``: where the groups are kept once sampled (JSON
     lines); a phase resumed after a kill reads them back instead of sampling again."""
     if saved is not None and saved.exists():
-        return [_group_of(json.loads(line)) for line in saved.read_text().splitlines() if line.strip()]
+        return [_group_of(r) for r in read_jsonl(saved)]
     rng = random.Random(seed)
     posterior = PromptPosterior(strength)
     seen: set[str] = set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flywheel.face.dataview import count_rows
+from flywheel.ground.cards import hub_card, parquet_config
 from flywheel.ground.store import RunStore
 
 
@@ -36,15 +37,15 @@ def dataset_folders(run_dir: Path) -> list[tuple[int, str, Path]]:
 
 
 def root_card(run_dir: Path, folders: list[tuple[int, str, Path]]) -> str:
-    configs = "".join(
-        f"- config_name: {kind}-iter{k}\n  data_files:\n  - split: train\n    path: {folder.relative_to(run_dir)}/data/*.parquet\n"
-        for k, kind, folder in folders if count_rows(folder))
+    configs = [parquet_config(f"{kind}-iter{k}", f"{folder.relative_to(run_dir)}/data/*.parquet")
+               for k, kind, folder in folders if count_rows(folder)]
     listing = "".join(f"| {k} | {kind} | {count_rows(folder)} | `{folder.relative_to(run_dir)}` |\n" for k, kind, folder in folders)
-    return ("---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n- sft\n- dpo\n- arena-learning\n"
-            f"- flywheel\nconfigs:\n{configs}---\n\n# Arena Learning flywheel datasets: run {run_dir.name}\n\n"
+    text = (f"# Arena Learning flywheel datasets: run {run_dir.name}\n\n"
             "Each iteration's SFT examples and DPO pairs, curated from judged battles; every folder keeps its own "
             "card and lineage (`manifest.json`). Datasets without rows have no config.\n\n"
             "| iteration | dataset | rows | folder |\n|---|---|---|---|\n" + listing)
+    return hub_card("dataset", text, license="other", task_categories=["text-generation"],
+                    tags=["trl", "sft", "dpo", "arena-learning", "flywheel"], configs=configs or None)
 
 
 def push_operations(run_dir: Path) -> list:

@@ -1,9 +1,11 @@
 """Atomic file I/O: a file or a directory is written to a temporary name and renamed, so it is
-either whole or absent; lines are appended in one write. A file that cannot be read anyway was
-changed outside the flywheel: ``DamagedFileError`` says so in one line."""
+either whole or absent; lines are appended in one write, after cutting off a line a kill cut short.
+A file that cannot be read anyway was changed outside the flywheel: ``DamagedFileError`` says so in
+one line."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -33,17 +35,43 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def append_bytes(path: Path, text: str) -> None:
-    """Append ``text`` in one O_APPEND write (then fsync): lines that several processes append
-    at once (mapped tasks on other workers) land whole, never interleaved."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def append_bytes(path: Path, text: str, only_if_empty: bool = False) -> bool:
+    """Append ``text`` (whole lines) in one O_APPEND write, then fsync, under an exclusive
+    ``flock``: lines that several processes append at once (mapped tasks on other workers) land
+    whole, never interleaved. A last line without its newline is a write a kill cut short
+    (``row_files.parse_jsonl`` drops it): it is cut off first, so the file holds whole lines
+    only. ``only_if_empty``: append only to an empty file; returns whether it appended."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = _whole_lines(fd)
+        if only_if_empty and size:
+            return False
         data = text.encode("utf-8")
         while data:
             data = data[os.write(fd, data):]
         os.fsync(fd)
+        return True
     finally:
-        os.close(fd)
+        os.close(fd)  # releases the lock
+
+
+def _whole_lines(fd: int) -> int:
+    """Cut a torn last line (one without its newline) off the open file; its size after."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end:
+        chunk = os.pread(fd, min(end, 1 << 16), end - min(end, 1 << 16))
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            end -= len(chunk) - cut - 1
+            break
+        end -= len(chunk)
+    os.ftruncate(fd, end)
+    return end
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
+
+from flywheel.ground.row_files import read_jsonl
 
 
 class KeyValueCache:
@@ -14,7 +15,7 @@ class KeyValueCache:
     keys asked for, so memory stays bounded however large the cache grows, and several
     processes (mapped shards) can share it. Each ``put`` is one transaction: a kill loses at most
     the batch in flight, which is simply computed again. A cache written by older versions as
-    JSONL (the same name with ``.jsonl``) is imported once, its cut-short lines skipped."""
+    JSONL (the same name with ``.jsonl``) is imported once (``read_jsonl``)."""
 
     CHUNK = 500  # keys per lookup query (SQLite's bound on query parameters)
 
@@ -50,15 +51,8 @@ class KeyValueCache:
 
     def _import_jsonl(self, con) -> None:
         legacy = self.path.with_suffix(".jsonl")
-        rows = []
+        rows = [(r["key"], r["text"]) for r in read_jsonl(legacy)]
         try:
-            with legacy.open(encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                        rows.append((row["key"], row["text"]))
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        continue  # a line cut short by a kill
             with con:
                 con.executemany("INSERT OR IGNORE INTO cache VALUES (?, ?)", rows)
             legacy.rename(legacy.with_suffix(".jsonl.imported"))

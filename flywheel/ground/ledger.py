@@ -4,9 +4,9 @@ shared by every process of the run (the flow's own, each Dask or Ray worker) so 
 
 A row (``{"worker": "host:pid", "usd": 0.0123}``) is appended in one ``write`` under an exclusive
 ``fcntl.flock``; the total is read under a shared one. Rows, not one counter rewritten in place:
-a process killed at any moment leaves its row whole or a line cut short, which readers skip (and
-the next writer starts a fresh line after it), so nothing is lost that was fully written and
-nothing is counted twice. Each reader keeps its place in the file and reads only the rows
+a process killed at any moment leaves its row whole or a last line cut short, which readers pass
+over and the next writer cuts off (``atomic.append_bytes``), so nothing is lost that was fully
+written and nothing is counted twice. Each reader keeps its place in the file and reads only the rows
 appended since its last read, so a check before every call stays cheap however long the run.
 The file lives in the run directory (``RunStore.spend_path``); it is the source of truth for what
 the run has spent.
@@ -20,6 +20,9 @@ import os
 import socket
 import threading
 from pathlib import Path
+
+from flywheel.ground.atomic import append_bytes
+from flywheel.ground.row_files import jsonl_values
 
 
 class SpendLedger:
@@ -36,7 +39,7 @@ class SpendLedger:
         """Record one paid call's cost (``extra``: more fields of the row)."""
         row = json.dumps({"worker": f"{socket.gethostname()}:{os.getpid()}", "usd": usd, **extra}) + "\n"
         with self._lock:
-            self._write(row.encode("utf-8"), only_if_empty=False)
+            append_bytes(self.path, row)
 
     def carry(self, usd: float) -> bool:
         """Start an empty ledger with ``usd`` spent before it existed (a run made by an older
@@ -46,7 +49,7 @@ class SpendLedger:
             return False
         row = json.dumps({"worker": f"{socket.gethostname()}:{os.getpid()}", "usd": usd, "carried": True}) + "\n"
         with self._lock:
-            return self._write(row.encode("utf-8"), only_if_empty=True)
+            return append_bytes(self.path, row, only_if_empty=True)
 
     def has_rows(self) -> bool:
         try:
@@ -55,7 +58,7 @@ class SpendLedger:
             return False
 
     def total(self) -> float:
-        """USD spent so far by every process of the run (rows cut short by a kill are skipped)."""
+        """USD spent so far by every process of the run (a last row cut short by a kill is not counted)."""
         with self._lock:
             self._refresh()
             return self._total
@@ -65,22 +68,6 @@ class SpendLedger:
         with self._lock:
             self._refresh()
             return self._rows
-
-    def _write(self, data: bytes, only_if_empty: bool) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
-            if only_if_empty and size:
-                return False
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # a writer was killed mid-row: its fragment stays a line of its own
-            while data:
-                data = data[os.write(fd, data):]
-            return True
-        finally:
-            os.close(fd)  # releases the lock
 
     def _refresh(self) -> None:
         try:
@@ -103,11 +90,7 @@ class SpendLedger:
         finally:
             os.close(fd)
         whole = new.rfind(b"\n") + 1  # a line not yet ended is read once it is
-        for line in new[:whole].splitlines():
-            try:
-                usd = float(json.loads(line)["usd"])
-            except (ValueError, KeyError, TypeError):
-                continue  # a line cut short by a kill
-            self._total += usd
-            self._rows += 1
+        rows = jsonl_values(new[:whole].decode("utf-8").splitlines(keepends=True), self.path, self._rows + 1)
+        self._total += sum(float(r["usd"]) for r in rows)
+        self._rows += len(rows)
         self._seen = (st.st_ino, offset + whole)

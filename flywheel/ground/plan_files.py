@@ -5,7 +5,6 @@ record type, which every log shard shares."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from flywheel.ground.records import BattleSpec
+from flywheel.ground.row_files import read_jsonl
 
 
 def iter_name(k: int) -> str:
@@ -48,7 +48,7 @@ class PlanFiles:
     @staticmethod
     def _read_plan(path: Path) -> list[BattleSpec]:
         if path.suffix == ".jsonl":
-            return [BattleSpec.from_row(json.loads(line)) for line in path.read_text().splitlines() if line]
+            return [BattleSpec.from_row(r) for r in read_jsonl(path)]
         return [BattleSpec.from_row(r) for r in pq.read_table(path).to_pylist()]
 
     def plan(self, k: int, rnd: int | None = None) -> list[BattleSpec] | None:

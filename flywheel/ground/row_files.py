@@ -7,7 +7,9 @@ in Parquet. A row that cannot be read is a ``BadRow`` with that location and the
 error that leaves the rest of the file unreadable (a CSV quote left open, a broken JSON array) is the
 last row, marked ``last``. A file that cannot be read as rows at all (no such file, an unknown extension, not UTF-8,
 not a JSON array, not Parquet) raises ``RowFileError``: one line that names the file. Text is
-UTF-8, with or without a byte order mark.
+UTF-8, with or without a byte order mark. In JSONL a last line without its newline that is not
+JSON was cut short by a kill: it is dropped (``parse_jsonl``, the one reader of JSON lines, the
+run's own files too: ``read_jsonl``).
 
 Callers add what their rows mean on top: battle logs (``flywheel rate``) check the columns, prompt
 pools tell layouts apart, ``flywheel data show`` also reads dataset folders.
@@ -18,9 +20,12 @@ from __future__ import annotations
 import csv
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet", ".pq": "parquet"}
@@ -102,19 +107,48 @@ def _not_json(e: json.JSONDecodeError) -> str:
 
 
 def _jsonl(path: Path, limit: int | None) -> list[Row | BadRow]:
-    rows: list[Row | BadRow] = []
-    name = path.name
     with path.open(encoding="utf-8-sig") as fh:
-        for n, line in enumerate(fh, 1):
-            if limit is not None and len(rows) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                rows.append(Row(f"{name}:{n}", json.loads(line)))
-            except json.JSONDecodeError as e:
+        return parse_jsonl(fh, path.name, limit=limit)
+
+
+def parse_jsonl(lines: Iterable[str], name: str, first_line: int = 1, limit: int | None = None) -> list[Row | BadRow]:
+    """The records of JSON lines (each with its newline, as a file yields them), named
+    ``<name>:<line>``; blank lines are passed over. The one policy for a line that is not JSON: the
+    last line, without its newline, is a write a kill cut short (or one not yet finished) and is
+    dropped; any other is a ``BadRow`` naming its file and line."""
+    rows: list[Row | BadRow] = []
+    for n, line in enumerate(lines, first_line):
+        if limit is not None and len(rows) >= limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            rows.append(Row(f"{name}:{n}", json.loads(line)))
+        except json.JSONDecodeError as e:
+            if line.endswith("\n"):
                 rows.append(BadRow(f"{name}:{n}", _not_json(e)))
     return rows
+
+
+def jsonl_values(lines: Iterable[str], path: Path, first_line: int = 1) -> list[Any]:
+    """The records of a JSON-lines file the flywheel writes (``parse_jsonl``'s policy); a line that
+    is not JSON, other than a torn last one, raises ``DamagedFileError`` naming the file and line."""
+    out = []
+    for r in parse_jsonl(lines, path.name, first_line):
+        if isinstance(r, BadRow):
+            raise DamagedFileError(f"{path.with_name(r.where)}: {r.reason}; {DAMAGED_HINT}")
+        out.append(r.value)
+    return out
+
+
+def read_jsonl(path: Path) -> list[Any]:
+    """Every record of a JSON-lines file the flywheel writes (a run's logs, plans, lessons...), in
+    order; none when there is no such file. See ``jsonl_values``."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            return jsonl_values(fh, path)
+    except FileNotFoundError:
+        return []
 
 
 def _json_array(text: str, path: Path, limit: int | None) -> list[Row | BadRow]:

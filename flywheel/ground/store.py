@@ -42,6 +42,7 @@ from flywheel.ground.cache import KeyValueCache
 from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.plan_files import PlanFiles, arrow_schema, iter_name  # noqa: F401 - iter_name: the store's names
 from flywheel.ground.records import Battle, EvolvedPrompt, JudgedBattle, Judgment, Lesson, _Row
+from flywheel.ground.row_files import read_jsonl
 
 R = TypeVar("R", bound=_Row)
 
@@ -245,8 +246,7 @@ class RunStore(PlanFiles):
     def evolved(self, k: int | None = None) -> list[EvolvedPrompt]:
         """The prompts evolved after iteration ``k``, or (None) after every iteration, in order."""
         paths = [self.evolved_path(i) for i in ([k] if k is not None else self.evolved_iterations())]
-        return [EvolvedPrompt.from_row(json.loads(line)) for p in paths if p.exists()
-                for line in p.read_text("utf-8").splitlines() if line]
+        return [EvolvedPrompt.from_row(r) for p in paths for r in read_jsonl(p)]
 
     # -- teaching (select.teaching): teaching/iter-000k-rN.jsonl, each written whole -------------
     def lessons_path(self, k: int, rnd: int) -> Path:
@@ -259,8 +259,8 @@ class RunStore(PlanFiles):
         """The lessons of round ``rnd`` of iteration ``k`` (None: every round, every iteration), in order."""
         pattern = f"{iter_name(k) if k is not None else 'iter-*'}-r{rnd if rnd is not None else '*'}.jsonl"
         key = lambda p: tuple(int(x) for x in re.findall(r"\d+", p.name))  # noqa: E731
-        return [Lesson.from_row(json.loads(line)) for p in sorted((self.root / "teaching").glob(pattern), key=key)
-                for line in p.read_text("utf-8").splitlines() if line]
+        return [Lesson.from_row(r) for p in sorted((self.root / "teaching").glob(pattern), key=key)
+                for r in read_jsonl(p)]
 
     def teacher_bandit_path(self, target: str, k: int, rnd: int) -> Path:
         """The target's teacher bandits after teaching round ``rnd`` of iteration ``k``."""
@@ -371,21 +371,10 @@ class RunStore(PlanFiles):
         return ledger
 
     def append_jsonl(self, name: str, row: dict[str, Any]) -> None:
-        path = self.root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        append_bytes(path, json.dumps(row) + "\n")
+        append_bytes(self.root / name, json.dumps(row) + "\n")
 
     def read_jsonl(self, name: str) -> list[dict[str, Any]]:
-        path = self.root / name
-        if not path.exists():
-            return []
-        rows = []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-        return rows
+        return read_jsonl(self.root / name)
 
 
 def _group(items, key):

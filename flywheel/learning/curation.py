@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
+from flywheel.ground.cards import hub_card, parquet_config
 from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
 from flywheel.ground.config import CurateConfig
 from flywheel.ground.conversation import decode, encode, first_differing_turn, plain
@@ -272,14 +273,7 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
         if kind == "sft"
         else "(winner, loser) responses of decisive battles with a target in them"
     )
-    front = (
-        "---\nlicense: other\n"  # the answers come from the run's players, under their own terms
-        "task_categories:\n- text-generation\n"
-        f"tags:\n- trl\n- {kind}\n- arena-learning\n- flywheel\n- {'conversational' if chat else 'text'}\n"
-        f"size_categories:\n- {_size_category(len(rows))}\n"
-        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n---\n\n"
-    )
-    return front + (
+    text = (
         f"# {kind.upper()} data, iteration {iteration}\n\n"
         f"- rows: {len(rows)}\n- rule: {rule}\n- judge: {judge}\n"
         f"- format: {'conversational (TRL: lists of role/content turns)' if chat else 'text'}\n"
@@ -291,6 +285,10 @@ def dataset_card(kind: str, iteration: int, rows: list, judge: str, cfg: CurateC
         "`pandas.read_parquet(\"<this directory>/data\")` or duckdb (`SELECT * FROM '<this directory>/data/*.parquet'`). "
         "The license field is `other`: the texts come from the run's players, under their own terms.\n"
     )
+    return hub_card("dataset", text, license="other", task_categories=["text-generation"],
+                    tags=["trl", kind, "arena-learning", "flywheel", "conversational" if chat else "text"],
+                    size_categories=[_size_category(len(rows))],
+                    configs=[parquet_config("default", "data/train-*.parquet")])
 
 
 def _size_category(n: int) -> str:

@@ -1,6 +1,6 @@
 """Reinforcement learning from rewards: a GRPO phase (TRL's ``GRPOTrainer``) whose reward is a
-scorer the caller builds from the run's judges (judges/rewards.py), and the rollouts it trained
-on, kept as a dataset.
+scorer the caller builds from the run's judges (flywheel/learning/judge_rewards.py), and the
+rollouts it trained on, kept as a dataset.
 
 A scorer takes ``(prompts, completions, columns)`` (the answers' texts and the prompts' dataset
 columns) and returns one ``(reward, error)`` per answer. A prompt may be a later user turn of a
@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
+from flywheel.ground.atomic import append_bytes, atomic_write_dir, atomic_write_text
+from flywheel.ground.cards import hub_card, parquet_config
+from flywheel.ground.row_files import read_jsonl
 
 Scored = tuple[float | None, str | None]
 Scorer = Callable[[list[str], list[str], dict[str, list]], list[Scored]]
@@ -81,19 +83,10 @@ class RolloutLog:
         atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in rows))
 
     def read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                break  # the last line a kill cut short
-        return out
+        return read_jsonl(self.path)
 
     def append(self, rows: list[dict]) -> None:
-        with self.path.open("a") as f:
-            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        append_bytes(self.path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 class RecordedReward:
@@ -255,10 +248,7 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl, method: str =
     summary = RewardSummary.of(trained or before)
     ahead = RewardSummary.of(before)
     whose = "the trainer's answers (step 1 on)" if trained else "the answers sampled before training"
-    card = (
-        "---\nlicense: other\ntask_categories:\n- text-generation\ntags:\n- trl\n"
-        f"- {method.removeprefix('sft+').replace('_', '-')}\n- rollouts\n- flywheel\n"
-        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train-*.parquet\n---\n\n"
+    text = (
         f"# {ROLLOUTS_OF.get(method.removeprefix('sft+'), 'Rollouts')}, iteration {iteration}\n\n"
         f"- rows: {len(rows)} (one per sampled answer; {rl.generations} answers per prompt make a group)\n"
         f"- reward: {rl.reward}; failed rewards (null, left out of training): {summary.failed}\n"
@@ -273,6 +263,9 @@ def save_rollouts(rows: list[dict], out: Path, iteration: int, rl, method: str =
         "messages in history, JSON)\n\n"
         "Open with `datasets.load_dataset(\"parquet\", data_dir=\"<this directory>/data\", split=\"train\")` or "
         "`pandas.read_parquet(\"<this directory>/data\")`.\n")
+    card = hub_card("dataset", text, license="other", task_categories=["text-generation"],
+                    tags=["trl", method.removeprefix("sft+").replace("_", "-"), "rollouts", "flywheel"],
+                    configs=[parquet_config("default", "data/train-*.parquet")])
 
     def fill(tmp: Path) -> None:
         (tmp / "data").mkdir(parents=True)

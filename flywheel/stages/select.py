@@ -4,6 +4,9 @@ bandits' state (``bandits/`` in the run directory)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Literal
+
 from flywheel.arena import selection
 from flywheel.arena.selection import Selector
 from flywheel.ground.atomic import atomic_write_json
@@ -32,18 +35,10 @@ def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
     return sel
 
 
-def count_arms(specs: list[BattleSpec]) -> dict[str, int]:
-    arms: dict[str, int] = {}
-    for sp in specs:
-        arms[sp.arm] = arms.get(sp.arm, 0) + 1
-    return dict(sorted(arms.items()))
-
-
-def count_askers(specs: list[BattleSpec]) -> dict[str, int]:
-    askers: dict[str, int] = {}
-    for sp in specs:
-        askers[sp.asker] = askers.get(sp.asker, 0) + 1
-    return dict(sorted(askers.items()))
+def battles_per(specs: list[BattleSpec], by: Literal["arm", "asker"]) -> dict[str, int]:
+    """How many of ``specs`` each prompt arm (``by="arm"``) or asker (``by="asker"``) has, sorted
+    by name."""
+    return dict(sorted(Counter(getattr(sp, by) for sp in specs).items()))
 
 
 @stage("select", SelectResult, per_round=True)
@@ -72,8 +67,8 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             specs += selection.plan_round(selectors[t], cfg, ctx.pool_by_cell, this_round, used,
                                           opp_win_rates=rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
-    askers = count_askers(specs) if len(ctx.cfg.world.conversation.askers) > 1 else None
-    return SelectResult(len(specs), cfg.policy, count_arms(specs), floors, askers)
+    askers = battles_per(specs, "asker") if len(ctx.cfg.world.conversation.askers) > 1 else None
+    return SelectResult(len(specs), cfg.policy, battles_per(specs, "arm"), floors, askers)
 
 
 @stage("reward", RewardResult, per_round=True)

@@ -11,7 +11,7 @@ from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
 from flywheel.stages.context import Context, read_stage
 from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
-from flywheel.stages.select import count_arms, count_askers, load_selector
+from flywheel.stages.select import battles_per, load_selector
 from judges.build import build_verifier
 from judges.cascade import CascadeJudge
 from judges.cascade_report import cascade_section
@@ -38,7 +38,7 @@ def record_iteration(ctx: Context, k: int, wall_s: float) -> IterationSummary:
         opponents_eval={m: v for m, v in evals.items() if PlayerVersion.parse(m).k is None},
         allocation=read_stage(store, k, "allocate", Allocation),
         merge=read_stage(store, k, "merge", MergeResult),
-        arms=count_arms(specs),
+        arms=battles_per(specs, "arm"),
         usage=usage_summary(store, k),
         judge=judge_report(ctx, k),
         bandit=bandit_report(ctx, k) if k > 0 else {},
@@ -93,7 +93,7 @@ def bandit_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
     for t in ctx.roster.targets:
         mine = [s for s in specs
                 if t in {PlayerVersion.parse(m).name for m in team_members(s.model_a) + team_members(s.model_b)}]
-        counts = count_arms(mine)
+        counts = battles_per(mine, "arm")
         sel = load_selector(ctx, t, k, 10**9)
         out[t] = [{**st, "battles": counts.get(st["arm"], 0),
                    "share": round(counts.get(st["arm"], 0) / max(len(mine), 1), 4)} for st in sel.prompt.stats()]
@@ -106,7 +106,7 @@ def asker_report(ctx: Context, k: int) -> dict[str, list[dict[str, Any]]]:
     out = {}
     for t in ctx.roster.targets:
         mine = [s for s in specs if t in (PlayerVersion.parse(s.model_a).name, PlayerVersion.parse(s.model_b).name)]
-        counts = count_askers(mine)
+        counts = battles_per(mine, "asker")
         sel = load_selector(ctx, t, k, 10**9)
         out[t] = [{**st, "battles": counts.get(st["arm"], 0),
                    "share": round(counts.get(st["arm"], 0) / max(len(mine), 1), 4)}

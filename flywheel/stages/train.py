@@ -6,16 +6,21 @@ prompts the select stage chose (GRPO), or into a reward model; in this process, 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import shutil
+from dataclasses import replace
 
 from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.cards import hub_card
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, prompt_as_read, split_prompt
 from flywheel.ground.config import ONLINE_METHODS, RL_METHODS
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
+from flywheel.learning.judge_rewards import build_reward
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
+from flywheel.learning.reward_model import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
     RewardsFailed,
     RewardSummary,
@@ -30,6 +35,7 @@ from flywheel.players.base import ServesAdapters
 from flywheel.stages.context import Context, read_stage, stage
 from flywheel.stages.results import TargetTraining, TrainResult
 from flywheel.stages.rl_prompts import rl_prompts
+from judges.reward_scorer import RewardScorer
 
 log = logging.getLogger("flywheel")
 
@@ -102,8 +108,6 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
     rounds that pick the prompts of highest learnability (``flywheel.arena.own_answers``), up to
     ``train.rl.answers`` (default ``steps`` x ``train.batch_size``). Kept in the train state, so
     that a killed phase resumes with the same groups; stops the run where most rewards failed."""
-    from dataclasses import replace
-
     from flywheel.arena.own_answers import sample_groups
 
     version = ctx.current_version(t, k)
@@ -138,8 +142,6 @@ def from_own_answers(ctx: Context, k: int, t: str, groups: list[Group], rl: RLPh
     (dynamic sampling); expert iteration the passed answers as SFT rows (after the curated rows
     with ``sft+expert``); on-policy DPO (passed, failed) pairs. Returns (rl, sft, dpo, the
     trainer's method)."""
-    from dataclasses import replace
-
     from datasets import Dataset, concatenate_datasets
 
     at = ctx.cfg.train.rl.pass_reward
@@ -172,10 +174,6 @@ def train_reward(ctx: Context, k: int, t: str, steps: int, tc) -> dict:
     version) trained on the decisive judged pairs of iterations 1..k, saved as
     ``reward-models/<t>@<k>``; its pair accuracy is measured on validation pairs only. The target's
     own version is carried forward unchanged."""
-    from dataclasses import replace
-
-    from flywheel.learning.reward_model import RewardScorer, pair_accuracy, train_reward_model
-
     out = ctx.store.reward_model_dir(t, k)
     pairs = reward_pairs(ctx, k, t)
     res = train_reward_model(ctx.roster.path(ctx.current_version(t, k)), out, pairs, tc, steps, ctx.cfg.run.seed + k,
@@ -235,8 +233,6 @@ def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
     train battles (each once; in a conversation each user turn after the target's own earlier
     answers: ``flywheel.stages.rl_prompts``), with their references and baselines, and the reward
     ``train.rl.reward`` names."""
-    from judges.rewards import build_reward
-
     made = ctx.store.latest_reward_model(t, k)
     return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t,
                                                        str(made) if made else None),
@@ -272,16 +268,11 @@ def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) 
     """A Hub model card for target ``t``'s version ``k``: YAML front matter (library, base model,
     tags), then its lineage: the run, the version it was trained from, the datasets (with their
     iterations under replay or pooling), the method and the figures of the training."""
-    import json
-
     iters = list(range(1, k + 1)) if ctx.cfg.train.replay else [k]
     used = [(i, "sft") for i in iters] + [(k, "dpo")]
     data = [str(ctx.store.dataset_dir(i, kind).relative_to(ctx.store.root)) for i, kind in used]
     method = tc.method + (" (LoRA adapter)" if adapter else " (LoRA, merged)" if tc.lora else "")
-    return (
-        "---\nlibrary_name: " + ("peft" if adapter else "transformers") + "\n"
-        f"base_model: {ctx.roster.path(base)}\n"
-        f"tags:\n- trl\n- {tc.method.replace('+', '-')}\n- arena-learning\n- flywheel\n---\n\n"
+    text = (
         f"# {versioned(t, k)}\n\n"
         f"Version {k} of target `{t}`, trained by the flywheel's run `{ctx.cfg.run.name}` from `{base}`.\n\n"
         f"- method: {method}, learning rate {tc.learning_rate}, weight decay {tc.weight_decay}, "
@@ -292,6 +283,9 @@ def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) 
         f"- judge: {ctx.judge.name}; opponents: {', '.join(ctx.roster.opponents)}\n"
         f"- config: {json.dumps({'train': ctx.cfg.train.model_dump(mode='json')}, sort_keys=True)}\n"
     )
+    return hub_card("model", text, library_name="peft" if adapter else "transformers",
+                    base_model=str(ctx.roster.path(base)),
+                    tags=["trl", tc.method.replace("+", "-"), "arena-learning", "flywheel"])
 
 
 def serve_adapter(ctx: Context, t: str, k: int) -> None:

@@ -1,6 +1,6 @@
 """Rewards for reinforcement learning, made of the flywheel's own judges (``train.rl.reward``).
 
-Each builder returns a scorer (flywheel/learning/rl.py): ``(prompts, completions, columns) ->
+Each builder returns a scorer (``flywheel.learning.rl.Scorer``): ``(prompts, completions, columns) ->
 [(reward, error)]``, one per answer. ``columns`` are the GRPO prompts' dataset columns
 (``reference``, ``category``, ``baseline``, ``baseline_model``, ...). A reward that cannot be
 given (no reference, an API error, an unparseable verdict) is ``(None, why)``: recorded and
@@ -21,6 +21,8 @@ from flywheel.ground.chat import prompt_as_read
 from flywheel.ground.conversation import Message, decode, plain
 from flywheel.learning.rl import Scored, Scorer
 from judges.base import PairwiseJudge, conversation_pair, pair_battle
+from judges.build import build_verifier
+from judges.reward_scorer import RewardScorer
 from judges.verifier import VerifierJudge, load_callable
 
 # What a pairwise verdict is worth to the answer in seat A (the target's).
@@ -86,11 +88,11 @@ def _user(text: str, reference: str | None) -> Message:
     return {"role": "user", "content": text, **({"reference": reference} if reference is not None else {})}
 
 
-def model_reward(scorer) -> Scorer:
-    """A reward model's score of each (prompt, answer): ``scorer.score(prompts, completions)``
-    (flywheel/learning/reward_model.py's ``RewardScorer``). A later turn of a conversation is read
-    after its history, as the reward model's pairs are trained: the conversation through its chat
-    template, else the raw text of the earlier turns (``flywheel.ground.chat.raw_prompt``)."""
+def model_reward(scorer: RewardScorer) -> Scorer:
+    """A reward model's score of each (prompt, answer): ``scorer.score(prompts, completions)``. A
+    later turn of a conversation is read after its history, as the reward model's pairs are
+    trained: the conversation through its chat template, else the raw text of the earlier turns
+    (``flywheel.ground.chat.raw_prompt``)."""
     chat = bool(getattr(scorer, "chat", False))
 
     def score(prompts: list[str], completions: list[str], columns: dict[str, list]) -> list[Scored]:
@@ -123,14 +125,10 @@ def build_reward(rl, judge_cfg, judge: PairwiseJudge, target: str, reward_model:
     judge (the same object the judge stage uses: one cache, one budget), a reward model (at
     ``reward_model``, else ``train.rl.reward_model``), or a user's function."""
     if rl.reward == "verifier":
-        from judges.build import build_verifier
-
         return verifier_reward(build_verifier(judge_cfg.verifier))
     if rl.reward == "judge":
         return judge_reward(judge, target)
     if rl.reward == "reward_model":
-        from flywheel.learning.reward_model import RewardScorer
-
         path = rl.reward_model or reward_model
         if path is None:
             raise ValueError("train.rl.reward reward_model: no reward model (train.rl.reward_model, or an earlier "
