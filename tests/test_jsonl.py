@@ -1,6 +1,6 @@
-"""One reader of JSON lines (flywheel/ground/row_files.py), with one policy: the last line, without
-its newline, is a write a kill cut short and is dropped; any other line that is not JSON is an
-error naming the file and the line. Appending cuts such a torn line off first, so it never ends up
+"""One reader of JSON lines (flywheel/ground/row_files.py), with one policy: in a file the flywheel
+writes, the last line, without its newline, is a write a kill cut short and is dropped; any other
+line that is not JSON, and any in a user's file, is an error naming the file and the line. Appending cuts such a torn line off first, so it never ends up
 inside a file."""
 
 import json
@@ -17,7 +17,9 @@ def test_a_torn_last_line_is_dropped_and_a_whole_last_line_kept_without_its_newl
     torn = tmp_path / "torn.jsonl"
     torn.write_text('{"a": 1}\n\n{"a": 2}\n{"a": 3, "b')
     assert read_jsonl(torn) == [{"a": 1}, {"a": 2}]
-    assert [r.where for r in read_row_file(torn).rows] == ["torn.jsonl:1", "torn.jsonl:3"]
+    # a user's file was not cut by a kill of ours: its unfinished last line is a bad row, named
+    rows = read_row_file(torn).rows
+    assert [(r.where, type(r)) for r in rows] == [("torn.jsonl:1", Row), ("torn.jsonl:3", Row), ("torn.jsonl:4", BadRow)]
     whole = tmp_path / "whole.jsonl"
     whole.write_text('{"a": 1}\n{"a": 2}')  # only the newline is missing: the row is whole
     assert read_jsonl(whole) == [{"a": 1}, {"a": 2}]

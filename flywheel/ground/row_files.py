@@ -111,11 +111,13 @@ def _jsonl(path: Path, limit: int | None) -> list[Row | BadRow]:
         return parse_jsonl(fh, path.name, limit=limit)
 
 
-def parse_jsonl(lines: Iterable[str], name: str, first_line: int = 1, limit: int | None = None) -> list[Row | BadRow]:
+def parse_jsonl(lines: Iterable[str], name: str, first_line: int = 1, limit: int | None = None,
+                own: bool = False) -> list[Row | BadRow]:
     """The records of JSON lines (each with its newline, as a file yields them), named
-    ``<name>:<line>``; blank lines are passed over. The one policy for a line that is not JSON: the
-    last line, without its newline, is a write a kill cut short (or one not yet finished) and is
-    dropped; any other is a ``BadRow`` naming its file and line."""
+    ``<name>:<line>``; blank lines are passed over. The one policy for a line that is not JSON: in a
+    file the flywheel writes (``own``), the last line without its newline is a write a kill cut
+    short (or one not yet finished) and is dropped; any other, and any in a user's file, is a
+    ``BadRow`` naming its file and line."""
     rows: list[Row | BadRow] = []
     for n, line in enumerate(lines, first_line):
         if limit is not None and len(rows) >= limit:
@@ -125,7 +127,7 @@ def parse_jsonl(lines: Iterable[str], name: str, first_line: int = 1, limit: int
         try:
             rows.append(Row(f"{name}:{n}", json.loads(line)))
         except json.JSONDecodeError as e:
-            if line.endswith("\n"):
+            if line.endswith("\n") or not own:
                 rows.append(BadRow(f"{name}:{n}", _not_json(e)))
     return rows
 
@@ -134,7 +136,7 @@ def jsonl_values(lines: Iterable[str], path: Path, first_line: int = 1) -> list[
     """The records of a JSON-lines file the flywheel writes (``parse_jsonl``'s policy); a line that
     is not JSON, other than a torn last one, raises ``DamagedFileError`` naming the file and line."""
     out = []
-    for r in parse_jsonl(lines, path.name, first_line):
+    for r in parse_jsonl(lines, path.name, first_line, own=True):
         if isinstance(r, BadRow):
             raise DamagedFileError(f"{path.with_name(r.where)}: {r.reason}; {DAMAGED_HINT}")
         out.append(r.value)
