@@ -48,11 +48,12 @@ def start_early(runner: Any, stack: ExitStack) -> None:
 
 
 def warm() -> None:
-    """A Ray worker's imports for a shard (the flow and its stages, Prefect's task engine,
-    torch), done while the flow starts rather than in the first shard."""
+    """A Ray worker's imports for a shard (the stages, Prefect's task engine, torch), done while
+    the flow starts rather than in the first shard; the flow's own module, light beside them, comes
+    with the first shard."""
     import prefect.task_engine  # noqa: F401
 
-    import flows.flywheel_flow  # noqa: F401
+    import flywheel.stages.iteration  # noqa: F401
 
 
 def task_runner(run: RunConfig):
