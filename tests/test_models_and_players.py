@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -55,6 +57,22 @@ def test_a_model_remembers_its_suite_and_is_rebuilt_when_it_changed(tmp_path, ca
     assert json.loads((tmp_path / "m" / "flywheel-model.json").read_text())["fingerprint"] != made["fingerprint"]
     (tmp_path / "m" / "flywheel-model.json").unlink()  # a model from before fingerprints
     assert bootstrap(other) == [tmp_path / "m"]
+
+
+def test_the_shipped_demo_models_are_what_the_embedded_default_would_pre_train_now():
+    """``make demo`` starts from data/shipped-models: each must carry the fingerprint that the
+    embedded world would build it with today, or a run pre-trains it anew (and the demo's table
+    then depends on this machine's floats again). Stale after a change to the world or the
+    pre-training: refresh with ``flywheel bootstrap --force --set world.models_dir=data/shipped-models``."""
+    from flywheel.ground.config import FlywheelConfig
+    from flywheel.worlds.tinymodels import _stale, fingerprint
+
+    shipped = Path(__file__).resolve().parent.parent / "data" / "shipped-models"
+    world = FlywheelConfig().world
+    assert sorted(p.name for p in shipped.iterdir()) == sorted(s.name for s in world.models)
+    for i, spec in enumerate(world.models):
+        assert _stale(shipped / spec.name, fingerprint(world, spec, world.seed + i)) is None, spec.name
+        assert (shipped / spec.name / "model.safetensors").stat().st_size > 100_000
 
 
 def test_a_game_models_fingerprint_ignores_how_games_are_played_but_not_its_positions():
