@@ -21,11 +21,12 @@ from tests.conftest import start_prefect_server, stop, tiny_tree
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")
 PREFECT = str(Path(sys.executable).parent / "prefect")
+HTTP_S = 60  # a read of the Prefect server, which on a loaded 2-core machine can take over 10 s to answer
 
 
 def flow_runs(api: str, deployment_id: str) -> list[dict]:
     return httpx.post(f"{api}/flow_runs/filter", json={"sort": "START_TIME_ASC", "deployments": {
-        "id": {"any_": [deployment_id]}}}, timeout=10).json()
+        "id": {"any_": [deployment_id]}}}, timeout=HTTP_S).json()
 
 
 def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_worker(tiny_models_dir, tmp_path, cli_env,
@@ -72,7 +73,7 @@ def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_work
             assert time.monotonic() < deadline, logs()
             time.sleep(3)
             for name in (served, pooled):
-                got = httpx.get(f"{api}/deployments/name/flywheel-scheduled/{name}", timeout=10)
+                got = httpx.get(f"{api}/deployments/name/flywheel-scheduled/{name}", timeout=HTTP_S)
                 if got.status_code != 200:
                     continue
                 deps[name] = got.json()
@@ -89,8 +90,8 @@ def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_work
         for p in procs:
             stop(p)
         for dep in deps.values():  # the shared server schedules no more runs of them
-            httpx.delete(f"{api}/deployments/{dep['id']}", timeout=10)
-        httpx.delete(f"{api}/work_pools/{pool}", timeout=10)
+            httpx.delete(f"{api}/deployments/{dep['id']}", timeout=HTTP_S)
+        httpx.delete(f"{api}/work_pools/{pool}", timeout=HTTP_S)
         if server is not None:
             stop(server)
     # The first trigger made the run and one iteration (schedule.mode continue), not run.iterations;
@@ -112,7 +113,7 @@ def test_a_work_pool_that_does_not_exist_is_refused_before_anything_is_registere
     assert got.stderr.strip().splitlines() == [
         "error: --work-pool no-such-pool: no such work pool on the Prefect server "
         + "(create it: prefect work-pool create no-such-pool --type process)"]
-    assert httpx.get(f"{prefect_api}/deployments/name/flywheel-scheduled/nowhere", timeout=10).status_code == 404
+    assert httpx.get(f"{prefect_api}/deployments/name/flywheel-scheduled/nowhere", timeout=HTTP_S).status_code == 404
     assert not (tmp_path / "runs").exists()
 
 
