@@ -13,19 +13,9 @@ from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle
 from flywheel.learning.hanabi_curation import better_move, curate_hanabi
 from judges.game import GameJudge
+from tests.test_hanabi import SMALL, small_deal
 
-SMALL = Setup(players=2, colours=2, ranks=3, hand=3, hints=2, lives=2)  # red and yellow: 1 1 1 2 2 3 each
 RECIPE = Setup(players=2, colours=3, ranks=4, hand=4, hints=8, lives=3)  # flows/recipes/hanabi.yaml's size
-FULL = ["r1", "r1", "r1", "r2", "r2", "r3", "y1", "y1", "y1", "y2", "y2", "y3"]
-
-
-def small_deal(*cards: str) -> State:
-    """A game of SMALL whose deck starts with ``cards`` (seat 0's hand, then seat 1's), the rest
-    of the deck after them in FULL's order."""
-    rest = list(FULL)
-    for c in cards:
-        rest.remove(c)
-    return State.deal(SMALL, tuple(cards) + tuple(rest))
 
 
 def twin(state: State, rng: random.Random) -> State | None:
