@@ -5,7 +5,7 @@ description: the log is aggregated into its unique (model_a, model_b, outcome) r
 (an int32 schedule through ``np.unique``); a weighted logistic loss over those rows is minimised
 with scipy's L-BFGS-B (ties as half a win, tolerance 1e-6, at most 100 iterations); the bootstrap
 draws every round's row counts from one multinomial over the unique rows and fits the rounds in
-a process pool over all cores. It preprocesses the log once here (FastChat's report calls
+a process pool. It preprocesses the log once here (FastChat's report calls
 ``compute_bootstrap_bt`` and ``compute_bt``, which preprocess it once each).
 
 Ours (``flywheel.maths.leaderboard.rate``): the columns factorized in C; the log aggregated into
@@ -14,8 +14,12 @@ the rounds drawn as exact multinomial resamples of the battles in seeded chunks 
 refitted from the point by chord steps with one shared inverse Hessian (``flywheel/maths/bt_fit.py``).
 
 Both get the same log as a pandas DataFrame with pandas' default (arrow-backed) string columns,
-what ``pd.read_json`` or ``pd.read_parquet`` give a user today. The two methods take turns,
-``--repeats`` times each; a time is the median of its runs, with their range beside it.
+what ``pd.read_json`` or ``pd.read_parquet`` give a user today. Both run at their best on the same
+cores (``--threads``; default every core this process may use): ours a thread per core, the
+anchor's pool a process per core, each on one BLAS thread (more BLAS threads only spin on a busy
+core); and both warm: each runs once on each log before it is timed. The two methods then take
+turns, ``--repeats`` times each; a time is the median of its runs, with their range beside it, and
+``fastest`` is the anchor's fastest run over our median.
 
 The grid: ``--models`` x ``--battles`` x ``--logs`` per seed: ``uniform`` (every model plays
 about as often) and ``skewed`` (pair popularity Zipf-like, as on a real arena, where some pairs
@@ -48,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from flywheel.maths.leaderboard import RatingOptions, rate
+from flywheel.maths.ratings import usable_cpus
 
 
 # -- the logs -----------------------------------------------------------------------------------
@@ -109,16 +114,28 @@ def anchor_fit(matchups, outcomes, weights, n_models, alpha, tol=1e-6):
     return res.x
 
 
+def blas_on_one_thread() -> None:
+    """A pool worker's BLAS on one thread, as each of our threads' is: ``workers`` processes then use
+    as many cores as our ``workers`` threads, and no BLAS threads spin on a busy core."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def anchor(battles: pd.DataFrame, rounds: int, seed: int, workers: int):
-    """(models, point Elo, bootstrap Elo [rounds, K]) the anchor's way."""
+    """(models, point Elo, bootstrap Elo [rounds, K]) the anchor's way, its pool of ``workers``
+    processes each on one BLAS thread (the point fit as well)."""
     matchups, outcomes, models, weights = anchor_preprocess(battles)
     alpha = math.log(10)
-    point = anchor_fit(matchups, outcomes, weights, len(models), alpha)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        point = anchor_fit(matchups, outcomes, weights, len(models), alpha)
     n = int(weights.sum())
     rng = np.random.default_rng(seed)
     boot_weights = rng.multinomial(n, weights / weights.sum(), size=rounds).astype(np.float64) / n
     fit = partial(anchor_fit, matchups, outcomes, n_models=len(models), alpha=alpha)
-    with mp.get_context("fork").Pool(workers) as pool:
+    with mp.get_context("fork").Pool(workers, initializer=blas_on_one_thread) as pool:
         boots = np.array(pool.map(fit, boot_weights))
     to_elo = lambda r: 1000 + 400 * (r - r.mean(axis=-1, keepdims=True))  # noqa: E731 - same centring as ours
     return models, to_elo(point), to_elo(boots)
@@ -176,12 +193,16 @@ def spread(times: list[float]) -> tuple[float, float, float]:
 
 
 def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, repeats: int,
-            anchor_cap: float | None = None) -> dict:
-    """Time ours and the anchor on one log, taking turns; with ``anchor_cap`` (seconds), a run of the
-    anchor that takes longer is stopped, and it is not timed again."""
+            anchor_cap: float | None = None, warm: bool = True) -> dict:
+    """Time ours and the anchor on one log, taking turns; ``warm``: each first runs once on this log,
+    untimed. With ``anchor_cap`` (seconds), a run of the anchor that takes longer is stopped, and it
+    is not timed again."""
     battles = simulate(n, k, seed, skewed)
     columns = [battles[c] for c in ("model_a", "model_b", "winner")]
     options = RatingOptions(rounds=rounds, seed=seed)
+    if warm:
+        rate(*columns, options)
+        anchor(battles, rounds, seed, workers)
     ours_t, anchor_t, ours_cpu, anchor_cpu, report, got, capped = [], [], [], [], None, None, False
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), cpu_seconds()
@@ -210,6 +231,7 @@ def compare(n: int, k: int, rounds: int, seed: int, skewed: bool, workers: int, 
         if exact is not None:
             out["anchor_err"] = max(abs(point[i] - exact[m]) for i, m in enumerate(models))
         out["ratio"] = out["anchor"][0] / out["ours"][0]
+        out["fastest"] = out["anchor"][1] / out["ours"][0]  # the anchor's fastest run over our median
         out["cpu_ratio"] = statistics.median(anchor_cpu) / statistics.median(ours_cpu)
     return out
 
@@ -257,7 +279,8 @@ def row(name: str, r: dict) -> str:
     t = lambda s: f"{s[0]:7.3f} ({s[1]:.3f}-{s[2]:.3f})" if s else f"{'-':>21}"  # noqa: E731
     e = lambda x: f"{x:8.4f}" if x is not None else f"{'no MLE':>8}"  # noqa: E731
     anchor = t(r["anchor"]) if r["anchor"] else f"over {r['cap']:g} s".rjust(21)
-    ratio = f"{r['ratio']:6.1f}  {r['cpu_ratio']:6.1f}" if "ratio" in r else f"{'-':>6}  {'-':>6}"
+    ratio = (f"{r['ratio']:6.1f}  {r['fastest']:7.1f}  {r['cpu_ratio']:6.1f}" if "ratio" in r
+             else f"{'-':>6}  {'-':>7}  {'-':>6}")
     anchor_err = e(r["anchor_err"]) if r["anchor"] else f"{'-':>8}"
     width = f"{r['width_ours']:6.2f} / " + (f"{r['width_anchor']:.2f}" if r["width_anchor"] is not None else "-")
     return f"{name:>24}  {t(r['ours'])}  {anchor}  {ratio}  {e(r['ours_err'])}  {anchor_err}  {width}"
@@ -274,7 +297,9 @@ def main() -> None:
     ap.add_argument("--logs", default="uniform,skewed", help="uniform, skewed or both")
     ap.add_argument("--rounds", type=int, default=100, help="bootstrap rounds")
     ap.add_argument("--seeds", default="0", help="comma-separated seeds (a grid each)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="the anchor's process pool")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="cores for both: ours runs a thread on each, the anchor's pool a process on each "
+                         "(0: every core this process may use)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per method and log; a time is their median")
     ap.add_argument("--big", type=int, default=1000, help="models of the extra large rows (0: none)")
     ap.add_argument("--big-battles", type=int, default=1_000_000, help="battles of the large rows")
@@ -284,14 +309,20 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.models, args.battles, args.rounds, args.big = "32", "20000", 20, 0
+    cores = sorted(os.sched_getaffinity(0))
+    if args.threads:  # ours sizes its thread pool by this affinity, and the anchor's pool inherits it
+        os.sched_setaffinity(0, cores[:args.threads])
+    args.workers = usable_cpus()
     models, sizes, seeds = ints(args.models), ints(args.battles), ints(args.seeds)
     logs = [x.strip() for x in args.logs.split(",") if x.strip()]
     if not models or not sizes or not seeds or not logs or any(x not in ("uniform", "skewed") for x in logs):
         raise SystemExit("--models, --battles, --seeds: comma-separated numbers; --logs: uniform, skewed or both")
-    print(f"{args.rounds} bootstrap rounds; the anchor's bootstrap on {args.workers} process(es); "
-          f"times in seconds: median (min-max) of {args.repeats} runs, ours and the anchor taking turns")
-    print(f"{'log':>24}  {'ours s':>21}  {'anchor s':>21}  {'ratio':>6}  {'cpu':>6}  {'ours-MLE':>8}  {'anch-MLE':>8}  "
-          "CI width ours / anchor")
+    print(f"{args.rounds} bootstrap rounds on {args.workers} core(s): ours on {args.workers} thread(s), the anchor's "
+          f"bootstrap on {args.workers} process(es), each on one BLAS thread; each first runs once on each log, "
+          f"untimed; times in seconds: median (min-max) of {args.repeats} runs, ours and the anchor taking turns; "
+          "fastest: the anchor's fastest run over our median")
+    print(f"{'log':>24}  {'ours s':>21}  {'anchor s':>21}  {'ratio':>6}  {'fastest':>7}  {'cpu':>6}  {'ours-MLE':>8}  "
+          f"{'anch-MLE':>8}  CI width ours / anchor")
     warm = simulate(1000, 4, 0, False)  # warm-up: imports (pandas, numpy's linalg, scipy) are not timed
     rate(warm["model_a"], warm["model_b"], warm["winner"], RatingOptions(rounds=2))
     anchor(warm, 2, 0, 1)
@@ -308,7 +339,7 @@ def main() -> None:
         for log in logs:
             name = f"{args.big} models {args.big_battles:,} {log}-{seeds[0]}"
             r = compare(args.big_battles, args.big, args.rounds, seeds[0], log == "skewed", args.workers, 1,
-                        anchor_cap=args.anchor_cap)
+                        anchor_cap=args.anchor_cap, warm=False)  # one cold run each: not in the ratio
             print(row(name, r), flush=True)
     ratios = [(r["ratio"], name) for name, r in cells]
     low = min(ratios)
@@ -316,8 +347,11 @@ def main() -> None:
     anchor_errs = [r["anchor_err"] for _, r in cells if r["anchor_err"] is not None]
     met = sum(x >= 20 for x, _ in ratios)
     cpu = [r["cpu_ratio"] for _, r in cells]
+    fastest = [(r["fastest"], name) for name, r in cells]
     print(f"ratios over {len(ratios)} cells: min {low[0]:.1f} ({low[1]}), median "
           f"{statistics.median(x for x, _ in ratios):.1f}, max {max(ratios)[0]:.1f}; 20x on {met} of {len(ratios)}; "
+          f"against the anchor's fastest run: min {min(fastest)[0]:.1f} ({min(fastest)[1]}), median "
+          f"{statistics.median(x for x, _ in fastest):.1f}, 20x on {sum(x >= 20 for x, _ in fastest)} of {len(fastest)}; "
           f"CPU-time ratios: min {min(cpu):.1f}, median {statistics.median(cpu):.1f}; "
           f"ours within {max(errs, default=float('nan')):.4f} Elo of the exact MLE where it exists (the anchor: "
           f"{max(anchor_errs, default=float('nan')):.4f}; ratings are rounded to 0.01)")

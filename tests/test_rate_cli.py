@@ -86,13 +86,14 @@ def test_by_category_anchor_matrix_and_reference(log, tmp_path, cli_env):
 
 def test_the_benchmark_runs_and_agrees_at_small_scale():
     p = subprocess.run([sys.executable, "-m", "benchmarks.ratings", "--battles", "5000", "--models", "6",
-                        "--rounds", "4", "--workers", "1", "--seeds", "0", "--repeats", "1", "--big", "8",
+                        "--rounds", "4", "--threads", "1", "--seeds", "0", "--repeats", "1", "--big", "8",
                         "--big-battles", "3000", "--anchor-cap", "0"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     from_mle = float(lines[-2].split(" ours within ")[1].split()[0])
     assert from_mle < 0.02 and lines[-1].startswith("ratio: ") and "min " in lines[-2]
     assert "uniform-0" in p.stdout and "skewed-0" in p.stdout
+    assert "on 1 core(s)" in p.stdout and "against the anchor's fastest run: min " in lines[-2]
     assert "8 models 3,000 uniform-0" in p.stdout and "over 0 s" in p.stdout  # the large rows, the anchor stopped
 
 
