@@ -141,9 +141,9 @@ class State:
     def deal(cls, setup: Setup, deck: tuple[str, ...]) -> State:
         """The start of a game from a shuffled ``deck`` (seat 0 is dealt first)."""
         n, h = setup.players, setup.hand
-        hands = tuple(tuple(deck[s * h:(s + 1) * h]) for s in range(n))
-        return cls(setup, tuple(deck[n * h:]), hands, tuple((UNKNOWN * 2,) * h for _ in range(n)),
-                   (0,) * setup.colours, (), setup.hints, setup.lives)
+        return cls(setup=setup, deck=tuple(deck[n * h:]), hands=tuple(tuple(deck[s * h:(s + 1) * h]) for s in range(n)),
+                   knowledge=tuple((UNKNOWN * 2,) * h for _ in range(n)), fireworks=(0,) * setup.colours, discards=(),
+                   hints=setup.hints, lives=setup.lives)
 
     # -- rules -----------------------------------------------------------------------------
     @property
@@ -365,10 +365,10 @@ def parse_view(text: str) -> View:
         raise ValueError(f"no hanabi position in {text[:60]!r}")
     parts = m.group(0).split()
     others = [() if h == "." else tuple(h[i:i + 3] for i in range(0, len(h), 3)) for h in parts[2:-3]]
-    hands = tuple(tuple(c[:2] for c in h) for h in others)
-    told = tuple(tuple(unmark(c[:2], c[2]) for c in h) for h in others)
-    need = tuple(int(parts[1][i + 1]) - 1 for i in range(0, len(parts[1]), 2))
-    return View(hands, told, _pairs(parts[-3]), need, int(parts[-2][0]), int(parts[-2][1]), int(parts[-1]))
+    return View(others=tuple(tuple(c[:2] for c in h) for h in others),
+                others_told=tuple(tuple(unmark(c[:2], c[2]) for c in h) for h in others), knowledge=_pairs(parts[-3]),
+                fireworks=tuple(int(parts[1][i + 1]) - 1 for i in range(0, len(parts[1]), 2)),
+                hints=int(parts[-2][0]), lives=int(parts[-2][1]), deck=int(parts[-1]))
 
 
 def is_view(text: str) -> bool:

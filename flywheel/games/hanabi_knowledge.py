@@ -42,8 +42,9 @@ def sight(state: State) -> Sight:
     """What the seat to move in ``state`` knows (its own cards left out)."""
     s, n = state.to_move, state.setup.players
     others = [(s + i) % n for i in range(1, n)]
-    view = View(tuple(state.hands[o] for o in others), tuple(state.knowledge[o] for o in others),
-                state.knowledge[s], state.fireworks, state.hints, state.lives, len(state.deck))
+    view = View(others=tuple(state.hands[o] for o in others), others_told=tuple(state.knowledge[o] for o in others),
+                knowledge=state.knowledge[s], fireworks=state.fireworks, hints=state.hints, lives=state.lives,
+                deck=len(state.deck))
     return Sight(state.setup, view, state.discards)
 
 

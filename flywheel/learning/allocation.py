@@ -59,9 +59,10 @@ class Allocation:
 
     @classmethod
     def from_json(cls, data: dict) -> Allocation:
-        return cls(data["shares"], data["train_steps"], data["battles"], data.get("learning_rates", {}),
-                   data.get("policy", "uniform"), data.get("acting", False), data.get("gpu_memory"),
-                   data.get("pooled"), data.get("spread"))
+        return cls(shares=data["shares"], train_steps=data["train_steps"], battles=data["battles"],
+                   learning_rates=data.get("learning_rates", {}), policy=data.get("policy", "uniform"),
+                   acting=data.get("acting", False), gpu_memory=data.get("gpu_memory"), pooled=data.get("pooled"),
+                   spread=data.get("spread"))
 
 
 def learning_rates(accuracy: dict[str, list[float]], compute: dict[str, list[float]], window: int) -> dict[str, float]:

@@ -32,6 +32,22 @@ class Curated:
     style: dict[str, float] | None = None  # curate.style_control: the fitted style coefficients
 
 
+def sft_example(b: Battle, *, prompt: str, completion: str, prompt_id: str, source_model: str, target: str,
+                history: str = "") -> SFTExample:
+    """An SFT example learnt from battle ``b``: it carries the battle's category, id and iteration."""
+    return SFTExample(prompt=prompt, completion=completion, prompt_id=prompt_id, category=b.category,
+                      source_model=source_model, battle_id=b.battle_id, iteration=b.iteration, target=target,
+                      history=history)
+
+
+def dpo_pair(b: Battle, *, prompt: str, chosen: str, rejected: str, prompt_id: str, chosen_model: str,
+             rejected_model: str, target: str, history: str = "") -> DPOPair:
+    """A DPO pair learnt from battle ``b``: it carries the battle's category, id and iteration."""
+    return DPOPair(prompt=prompt, chosen=chosen, rejected=rejected, prompt_id=prompt_id, category=b.category,
+                   chosen_model=chosen_model, rejected_model=rejected_model, battle_id=b.battle_id,
+                   iteration=b.iteration, target=target, history=history)
+
+
 def curate(
     battles: list[Battle], judgments: dict[str, Judgment], targets: list[str], eval_texts: set[str], cfg: CurateConfig
 ) -> Curated:
@@ -56,13 +72,14 @@ def curate(
             if mine is not None and b.multi_turn:
                 turns = side_turns(b, mine[0], judgments.get(b.battle_id))
                 if _unfit_turns(b.prompt, turns, cfg, eval_texts) is None:
-                    _add_turns(sft, seen_sft, b, mine[0], base_name(mine[0]), turns, cfg.dedup)
+                    _add_turns(sft, seen_sft, b, model=mine[0], target=base_name(mine[0]), turns=turns, dedup=cfg.dedup)
             elif mine is not None and _unfit(b.prompt, mine[1], cfg, eval_texts) is None:
                 model, text = mine
                 key = (base_name(model), b.prompt)
                 if not (cfg.dedup and key in seen_sft):
                     seen_sft.add(key)
-                    sft.append(SFTExample(b.prompt, text, b.prompt_id, b.category, model, b.battle_id, b.iteration, key[0]))
+                    sft.append(sft_example(b, prompt=b.prompt, completion=text, prompt_id=b.prompt_id,
+                                           source_model=model, target=key[0]))
         j = decisive(b, judgments.get(b.battle_id), dropped)
         if j is None:
             continue
@@ -87,22 +104,24 @@ def curate(
         target = base_name(lose_model if target_lost else win_model)
         if b.multi_turn:
             if target_lost or (target_won and cfg.include_target_wins):
-                _add_turns(sft, seen_sft, b, win_model, target, turns, cfg.dedup)
+                _add_turns(sft, seen_sft, b, model=win_model, target=target, turns=turns, dedup=cfg.dedup)
             pair = differing_turn(b, win_model, j) if target_lost or target_won else None
             if pair is not None and not (cfg.dedup and (target, pair[0] + "\x1e" + pair[1]) in seen_dpo):
                 seen_dpo.add((target, pair[0] + "\x1e" + pair[1]))
-                dpo.append(DPOPair(pair[1], pair[2], pair[3], b.prompt_id, b.category, win_model, lose_model,
-                                   b.battle_id, b.iteration, target, pair[0]))
+                dpo.append(dpo_pair(b, prompt=pair[1], chosen=pair[2], rejected=pair[3], prompt_id=b.prompt_id,
+                                    chosen_model=win_model, rejected_model=lose_model, target=target, history=pair[0]))
             continue
         if target_lost or (target_won and cfg.include_target_wins):
             if cfg.dedup and (target, b.prompt) in seen_sft:
                 dropped["duplicate"] += 1
             else:
                 seen_sft.add((target, b.prompt))
-                sft.append(SFTExample(b.prompt, win_text, b.prompt_id, b.category, win_model, b.battle_id, b.iteration, target))
+                sft.append(sft_example(b, prompt=b.prompt, completion=win_text, prompt_id=b.prompt_id,
+                                       source_model=win_model, target=target))
         if (target_lost or target_won) and not (cfg.dedup and (target, b.prompt) in seen_dpo):
             seen_dpo.add((target, b.prompt))
-            dpo.append(DPOPair(b.prompt, win_text, lose_text, b.prompt_id, b.category, win_model, lose_model, b.battle_id, b.iteration, target))
+            dpo.append(dpo_pair(b, prompt=b.prompt, chosen=win_text, rejected=lose_text, prompt_id=b.prompt_id,
+                                chosen_model=win_model, rejected_model=lose_model, target=target))
     return Curated(sft, dpo, dropped, None if styled is None else styled.coefficients)
 
 
@@ -165,7 +184,7 @@ def _unfit_turns(prompt: str, turns: list[Turn], cfg: CurateConfig, eval_texts: 
     return None
 
 
-def _add_turns(sft: list[SFTExample], seen: set[tuple[str, str]], b: Battle, model: str, target: str,
+def _add_turns(sft: list[SFTExample], seen: set[tuple[str, str]], b: Battle, *, model: str, target: str,
                turns: list[Turn], dedup: bool) -> None:
     """One SFT row per answer of a conversation side: its history, the user turn, the answer."""
     for history, text, answer in turns:
@@ -173,7 +192,8 @@ def _add_turns(sft: list[SFTExample], seen: set[tuple[str, str]], b: Battle, mod
         if dedup and key in seen:
             continue
         seen.add(key)
-        sft.append(SFTExample(text, answer, b.prompt_id, b.category, model, b.battle_id, b.iteration, target, history))
+        sft.append(sft_example(b, prompt=text, completion=answer, prompt_id=b.prompt_id, source_model=model,
+                               target=target, history=history))
 
 
 def _good_tie(b: Battle, j: Judgment | None) -> bool:

@@ -45,7 +45,7 @@ from flywheel.games.referee import Ply, replay
 from flywheel.games.rules import parse_position, symmetries
 from flywheel.ground.config import CurateConfig, GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
-from flywheel.learning.curation import Curated, decisive
+from flywheel.learning.curation import Curated, decisive, dpo_pair, sft_example
 
 SEAT = {"model_a": "a", "model_b": "b"}
 RULES = {"sft": "every move of the winner of a decisive game a target lost (the position, the move); the "
@@ -108,16 +108,19 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
     rule_pairs: dict[tuple[str, str], DPOPair] = {}
     for t, text, right, move, b, version in corrected:  # first: where the rules name the move, no winner's overrides it
         if (t, text) not in rule_pairs:
-            sft.append(SFTExample(text, str(right), _pid(text), b.category, "rules", b.battle_id, b.iteration, t))
-        rule_pairs.setdefault((t, text), DPOPair(text, str(right), str(move), _pid(text), b.category, "rules", version,
-                                                 b.battle_id, b.iteration, t))
+            sft.append(sft_example(b, prompt=text, completion=str(right), prompt_id=_pid(text), source_model="rules",
+                                   target=t))
+        rule_pairs.setdefault((t, text), dpo_pair(b, prompt=text, chosen=str(right), rejected=str(move),
+                                                  prompt_id=_pid(text), chosen_model="rules", rejected_model=version,
+                                                  target=t))
     kept: set[tuple[str, str]] = set(rule_pairs)
     for t, text, move, b, winner in won:
         if (t, text) in rule_pairs or (cfg.dedup and ((t, text) in kept or move != _best(winning[text]))):
             dropped["duplicate"] += 1
             continue
         kept.add((t, text))
-        sft.append(SFTExample(text, str(move), _pid(text), b.category, winner, b.battle_id, b.iteration, t))
+        sft.append(sft_example(b, prompt=text, completion=str(move), prompt_id=_pid(text), source_model=winner,
+                               target=t))
     dpo = []
     for (t, text), moves in losing.items():
         if text not in winning:
@@ -125,8 +128,8 @@ def curate_games(battles: list[Battle], judgments: dict[str, Judgment], targets:
         chosen = _best(winning[text])
         for move, b, player in moves:
             if move != chosen:
-                dpo.append(DPOPair(text, str(chosen), str(move), _pid(text), b.category, "winners", player,
-                                   b.battle_id, b.iteration, t))
+                dpo.append(dpo_pair(b, prompt=text, chosen=str(chosen), rejected=str(move), prompt_id=_pid(text),
+                                    chosen_model="winners", rejected_model=player, target=t))
                 break
     paired = {(p.target, p.prompt) for p in dpo}
     dpo += [p for key, p in rule_pairs.items() if key not in paired]

@@ -38,7 +38,7 @@ from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.hanabi_referee import replay_duplicate, seats
 from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
-from flywheel.learning.curation import Curated
+from flywheel.learning.curation import Curated, dpo_pair, sft_example
 
 RULES = {"sft": "every move of a target that the rules hold against (a gamble, the discard of a last copy, an "
                 "empty hint), corrected; where its team lost to a team with a rule-based partner, that partner's "
@@ -106,14 +106,15 @@ def curate_hanabi(battles: list[Battle], judgments: dict[str, Judgment], targets
         if (t, view) not in kept:
             kept.add((t, view))
             pid = stable_id("position", view)
-            sft.append(SFTExample(view, say(right), pid, b.category, "rules", b.battle_id, b.iteration, t))
-            dpo.append(DPOPair(view, say(right), say(move), pid, b.category, "rules", player, b.battle_id,
-                               b.iteration, t))
+            sft.append(sft_example(b, prompt=view, completion=say(right), prompt_id=pid, source_model="rules",
+                                   target=t))
+            dpo.append(dpo_pair(b, prompt=view, chosen=say(right), rejected=say(move), prompt_id=pid,
+                                chosen_model="rules", rejected_model=player, target=t))
     for t, view, move, source, b in answered + won:
         if (t, view) in kept:
             dropped["duplicate"] += 1
             continue
         kept.add((t, view))
-        sft.append(SFTExample(view, say(move), stable_id("position", view), b.category, source, b.battle_id,
-                              b.iteration, t))
+        sft.append(sft_example(b, prompt=view, completion=say(move), prompt_id=stable_id("position", view),
+                               source_model=source, target=t))
     return Curated(sft, dpo, dropped)

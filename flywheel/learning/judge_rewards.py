@@ -69,8 +69,8 @@ def judge_reward(judge: PairwiseJudge, target: str) -> Scorer:
 
         def battle(i: int):
             if not history[i]:
-                return pair_battle(prompts[i], completions[i], base[i], refs[i], cats[i] or "", target,
-                                   base_model[i] or "baseline")
+                return pair_battle(prompts[i], completions[i], base[i], reference=refs[i], category=cats[i] or "",
+                                   model_a=target, model_b=base_model[i] or "baseline")
             mine = [*decode(history[i]), _user(prompts[i], refs[i]), {"role": "assistant", "content": completions[i]}]
             return conversation_pair(mine, decode(theirs[i]), cats[i] or "", target, base_model[i] or "baseline")
 

@@ -141,9 +141,11 @@ class SamplingSummary:
         answers = sum(len(g.answers) for g in groups)
         failed = sum(r is None for g in groups for r in g.rewards)
         return SamplingSummary(
-            answers, failed, len(groups), sum(g.flat for g in groups) / len(groups) if groups else None,
-            sum(bool(g.scored) and not g.failed(at) for g in groups), sum(bool(g.scored) and not g.passed(at) for g in groups),
-            {c: _cell_figures(gs, at) for c, gs in sorted(cats.items())})
+            answers=answers, failed=failed, groups=len(groups),
+            flat=sum(g.flat for g in groups) / len(groups) if groups else None,
+            all_passed=sum(bool(g.scored) and not g.failed(at) for g in groups),
+            all_failed=sum(bool(g.scored) and not g.passed(at) for g in groups),
+            by_category={c: _cell_figures(gs, at) for c, gs in sorted(cats.items())})
 
     def to_json(self) -> dict:
         return {"answers": self.answers, "failed": self.failed, "groups": self.groups, "flat_groups": self.flat,

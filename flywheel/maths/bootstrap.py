@@ -77,7 +77,8 @@ def bootstrap(point: PointFit, counts: np.ndarray, rounds: int, seed: int, prior
                 priors = np.where(mle_exists(pairs, n, w, point.skeleton), 0.0, PRIOR)
             else:
                 priors = np.full(len(n), float(prior))
-            out[first:first + len(n)] = refit(pairs, pre, point.theta, n, w, priors, point.prior, ops=ops)
+            out[first:first + len(n)] = refit(pairs, pre, start=point.theta, n=n, w=w, prior=priors,
+                                              chord_prior=point.prior, ops=ops)
         return out
 
     workers = min(len(sizes), usable_cpus())

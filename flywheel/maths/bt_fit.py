@@ -137,7 +137,8 @@ def refit(pairs: Pairs, pre: Preconditioner, start: np.ndarray, n: np.ndarray, w
     ``ops``: the pairs' ``PairOps`` for at least R rows, made once for many calls (else here)."""
     theta = np.repeat(np.asarray(start, dtype=np.float64)[None], len(n), axis=0)
     ops = PairOps(pairs, len(n)) if ops is None else ops
-    fits = _Fits(ops, pre, theta, n, np.asarray(prior, dtype=np.float64), ops.scatter(w), tol)
+    fits = _Fits(ops=ops, pre=pre, theta=theta, n=n, prior=np.asarray(prior, dtype=np.float64), base=ops.scatter(w),
+                 tol=tol)
     slow = fits.chord(np.flatnonzero(prior == chord_prior))
     fits.newton(np.union1d(np.flatnonzero(prior != chord_prior), slow), max_iter)
     return theta
@@ -147,7 +148,8 @@ class _Fits:
     """The rounds of one ``refit``; each method fits a subset of rows in place, dropping a row from
     its working arrays as soon as that row is done."""
 
-    def __init__(self, ops, pre, theta, n, prior, base, tol):
+    def __init__(self, *, ops: PairOps, pre: Preconditioner, theta: np.ndarray, n: np.ndarray, prior: np.ndarray,
+                 base: np.ndarray, tol: float) -> None:
         self.ops, self.pre, self.theta, self.tol = ops, pre, theta, tol
         self.n, self.prior, self.base = n, prior, base
 

@@ -51,7 +51,7 @@ def interval(point: np.ndarray, boots: np.ndarray, ci: float) -> tuple[np.ndarra
             np.maximum(np.quantile(boots, 1.0 - tail, axis=0), point))
 
 
-def rating_rows(models: Sequence[str], point: np.ndarray, lower: np.ndarray, upper: np.ndarray, label: np.ndarray,
+def rating_rows(models: Sequence[str], point: np.ndarray, *, lower: np.ndarray, upper: np.ndarray, label: np.ndarray,
                 wins: np.ndarray, losses: np.ndarray, ties: np.ndarray) -> list[Rating]:
     """One leaderboard row per model (in ``models`` order). Rank = 1 + the number of models in the
     same group whose lower bound is above this model's upper bound."""
@@ -89,7 +89,8 @@ class RatingOptions:
     @classmethod
     def of(cls, rating: BoardSettings, seed: int) -> RatingOptions:
         """The options of the ``rating:`` settings (``bootstrap_rounds`` -> ``rounds``), drawing from ``seed``."""
-        return cls(rating.bootstrap_rounds, rating.ci, seed, rating.scale, rating.base, rating.init, rating.prior)
+        return cls(rounds=rating.bootstrap_rounds, ci=rating.ci, seed=seed, scale=rating.scale, base=rating.base,
+                   init=rating.init, prior=rating.prior)
 
 
 def online_elo(
@@ -142,7 +143,7 @@ def rate(
     if n_groups > 1:
         warnings.append(f"the comparison graph has {n_groups} disconnected groups of models; ratings compare "
                         "only within a group (column 'group')")
-    rows = rating_rows(models, point, lower, upper, label, wins, losses, ties)
+    rows = rating_rows(models, point, lower=lower, upper=upper, label=label, wins=wins, losses=losses, ties=ties)
     w = points_matrix(k, cells, counts)
     n = w + w.T
     with np.errstate(invalid="ignore", divide="ignore"):

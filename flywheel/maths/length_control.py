@@ -179,8 +179,9 @@ def length_controlled(versus: Versus, options: LCOptions = LCOptions()) -> list[
             boot = 1.0 / (1.0 + np.exp(-bootstrap_lc(xm, ym, options.rounds, rng, options.ridge)[:, 0]))
             tail = (1.0 - options.ci) / 2
             lower, upper = (float(q) for q in np.quantile(boot, [tail, 1.0 - tail]))
-        rows.append(LCRow(model, int(mask.sum()), float(ym.mean()), lc, lower, upper, float(phi),
-                          float(versus.delta[mask].mean())))
+        rows.append(LCRow(model=model, battles=int(mask.sum()), win_rate=float(ym.mean()), lc_win_rate=lc,
+                          lc_lower=lower, lc_upper=upper, length_coef=float(phi),
+                          mean_length_diff=float(versus.delta[mask].mean())))
     return sorted(rows, key=lambda r: (-r.lc_win_rate, r.model))
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from flywheel.maths.bt_fit import one_blas_thread
 from flywheel.maths.ratings import usable_cpus
-from flywheel.maths.style_fit import LN10, REG, Design, assemble, fit_style
+from flywheel.maths.style_fit import LN10, REG, Design, LossSums, assemble, fit_style
 
 FULL_ORDER = 3  # every monomial of the logits' moves up to this degree
 ORDER = 5  # and up to this degree those with at most one feature factor
@@ -155,7 +155,7 @@ class Expansion:
         self.shared = [entry(v) for v in range(1, f + 1)] + [entry(v, w) for v in range(1, f + 1)
                                                              for w in range(v, f + 1)]  # g_f, h_fg summed
         self.hb_index = np.zeros((f, f), dtype=np.int64)  # which shared row holds h_fg
-        for i, (v, w) in enumerate([(v, w) for v in range(f) for w in range(v, f)]):
+        for i, (v, w) in enumerate([(a, b) for a in range(f) for b in range(a, f)]):
             self.hb_index[v, w] = self.hb_index[w, v] = f + i
         bounds = np.r_[d.starts, d.n]
         self.blocks = []  # (first pair, last pair + 1): at most BLOCK battles (or one pair)
@@ -226,8 +226,9 @@ class Expansion:
                 a = np.matmul(moments, psi)  # [R, channels, J]: summed over the pairs
                 shared = np.zeros((r, len(self.shared)))
                 np.add.at(shared.T, rows, (sigma[:, fp_s] * a[:, ch_s, j_s]).T)
-                grad, hess = assemble(d, self.theta_hat + delta, per_pair[0], shared[:, :f], per_pair[1],
-                                      np.stack(per_pair[2:], axis=2), shared[:, self.hb_index], alpha, reg)
+                sums = LossSums(g_pair=per_pair[0], g_beta=shared[:, :f], h_pair=per_pair[1],
+                                h_cross=np.stack(per_pair[2:], axis=2), h_beta=shared[:, self.hb_index])
+                grad, hess = assemble(d, self.theta_hat + delta, sums, alpha, reg)
                 step = np.linalg.solve(hess, grad[:, :, None])[:, :, 0]
                 step[converged] = 0.0
                 delta -= step

@@ -34,7 +34,7 @@ from flywheel.maths.ratings import Rating, cell_counts, encode, groups, points_m
 from flywheel.maths.style_bootstrap import bootstrap_style
 from flywheel.maths.style_fit import REG, design, fit_style, style_features
 
-__all__ = ["COEF_COLUMNS", "Coefficient", "MEANINGS", "REG", "StyleOptions", "StyleReport", "style_control"]
+__all__ = ["COEF_COLUMNS", "MEANINGS", "REG", "Coefficient", "StyleOptions", "StyleReport", "style_control"]
 
 # What a positive coefficient means, per feature (the coefficients' ``meaning`` column).
 MEANINGS = {"tokens": "the longer answer (tokens) is favoured", "headers": "more markdown headers are favoured",
@@ -130,7 +130,7 @@ def style_control(
         elo[:, same] += o.anchor[1] - elo[:, [i]]
     point, (lower, upper) = elo[0], interval(elo[0], elo[1:], o.ci)
     wins, losses, ties = results(k, cells, counts)
-    rows = rating_rows(models, point, lower, upper, label, wins, losses, ties)
+    rows = rating_rows(models, point, lower=lower, upper=upper, label=label, wins=wins, losses=losses, ties=ties)
     beta = theta[k:]
     b_lower, b_upper = interval(beta, boots[:, k:], o.ci)
     coefs = [Coefficient(f, float(beta[j]), float(b_lower[j]), float(b_upper[j]), MEANINGS.get(f, f"more {f}"))

@@ -15,8 +15,8 @@ convex, so the optimum is unique and finite; at it each connected group's rating
   battles are contiguous and sums over them are ``np.add.reduceat``, not scatters.
 - ``fit_style``: the optimum for one or many battle weightings at once: batched Newton on K
   ratings + F coefficients; a step that would raise the loss is halved.
-- ``assemble``: a pair-level gradient and Hessian (what every battle of a pair adds up to) ->
-  the gradient and Hessian over (ratings, beta); shared with the bootstrap
+- ``assemble``: a pair-level gradient and Hessian (what every battle of a pair adds up to,
+  ``LossSums``) -> the gradient and Hessian over (ratings, beta); shared with the bootstrap
   (``flywheel.maths.style_bootstrap``).
 """
 
@@ -88,20 +88,29 @@ def design(k: int, a: np.ndarray, b: np.ndarray, y: np.ndarray, x: np.ndarray) -
     key = key[order]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     sizes = np.diff(np.r_[starts, len(key)])
-    return Design(k, key[starts] // k, key[starts] % k, starts, sizes, np.ascontiguousarray(x[order]), y[order])
+    return Design(k=k, pair_a=key[starts] // k, pair_b=key[starts] % k, starts=starts, sizes=sizes,
+                  x=np.ascontiguousarray(x[order]), y=y[order])
 
 
 # -- fit ----------------------------------------------------------------------------------------
-def assemble(d: Design, theta: np.ndarray, g_pair: np.ndarray, g_beta: np.ndarray, h_pair: np.ndarray,
-             h_cross: np.ndarray, h_beta: np.ndarray, alpha: float, reg: float):
-    """(gradient float64[R, K + F], Hessian float64[R, K + F, K + F]) of the penalised loss at
-    ``theta`` float64[R, K + F] from what the battles add up to, dl/dz and d2l/dz2 being the
-    loss's derivatives in a battle's logit (``alpha``, the logit's derivative in a rating, is
-    applied here):
+@dataclass(frozen=True)
+class LossSums:
+    """What the battles add up to in R fits, dl/dz and d2l/dz2 being the loss's derivatives in a
+    battle's logit: ``g_pair`` [R, P]: the sum of dl/dz over each pair's battles; ``g_beta``
+    [R, F]: of dl/dz * x over all battles; ``h_pair`` [R, P]: of d2l/dz2 per pair; ``h_cross``
+    [R, P, F]: of d2l/dz2 * x per pair; ``h_beta`` [R, F, F]: of d2l/dz2 * x x^T over all battles."""
 
-    ``g_pair`` [R, P]: the sum of dl/dz over each pair's battles; ``g_beta`` [R, F]: of dl/dz * x
-    over all battles; ``h_pair`` [R, P]: of d2l/dz2 per pair; ``h_cross`` [R, P, F]: of
-    d2l/dz2 * x per pair; ``h_beta`` [R, F, F]: of d2l/dz2 * x x^T over all battles."""
+    g_pair: np.ndarray
+    g_beta: np.ndarray
+    h_pair: np.ndarray
+    h_cross: np.ndarray
+    h_beta: np.ndarray
+
+
+def assemble(d: Design, theta: np.ndarray, sums: LossSums, alpha: float, reg: float):
+    """(gradient float64[R, K + F], Hessian float64[R, K + F, K + F]) of the penalised loss at
+    ``theta`` float64[R, K + F] from what the battles add up to (``sums``); ``alpha``, the logit's
+    derivative in a rating, is applied here."""
     r, k, f = len(theta), d.k, d.f
     rows = np.arange(r)[:, None] * k
     at_a, at_b = (rows + d.pair_a).ravel(), (rows + d.pair_b).ravel()
@@ -115,17 +124,17 @@ def assemble(d: Design, theta: np.ndarray, g_pair: np.ndarray, g_beta: np.ndarra
         return got.reshape(r, k, width)
 
     grad = reg * theta
-    grad[:, :k] += alpha * to_models(g_pair, 1)[:, :, 0]
-    grad[:, k:] += g_beta
+    grad[:, :k] += alpha * to_models(sums.g_pair, 1)[:, :, 0]
+    grad[:, k:] += sums.g_beta
     hess = np.zeros((r, k + f, k + f))
     pv = np.zeros((r, k, k))
-    pv[:, d.pair_a, d.pair_b] = h_pair  # the pairs are distinct: plain assignment
+    pv[:, d.pair_a, d.pair_b] = sums.h_pair  # the pairs are distinct: plain assignment
     pv += np.swapaxes(pv, 1, 2)
     hess[:, :k, :k] = alpha * alpha * (np.eye(k) * pv.sum(axis=2)[:, :, None] - pv)
-    cross = alpha * to_models(h_cross, f)  # [R, K, F]
+    cross = alpha * to_models(sums.h_cross, f)  # [R, K, F]
     hess[:, :k, k:] = cross
     hess[:, k:, :k] = np.swapaxes(cross, 1, 2)
-    hess[:, k:, k:] = h_beta
+    hess[:, k:, k:] = sums.h_beta
     hess += reg * np.eye(k + f)
     return grad, hess
 
@@ -139,16 +148,18 @@ def _state(d: Design, theta: np.ndarray, w: np.ndarray, alpha: float, reg: float
     return z, e, (w * nll).sum(axis=1) + 0.5 * reg * (theta * theta).sum(axis=1)
 
 
-def _newton_step(d: Design, theta, z, e, w, alpha: float, reg: float) -> np.ndarray:
-    """The Newton step float64[R, K + F] (to subtract) at ``theta``."""
+def _newton_step(d: Design, theta: np.ndarray, *, z: np.ndarray, e: np.ndarray, w: np.ndarray, alpha: float,
+                 reg: float) -> np.ndarray:
+    """The Newton step float64[R, K + F] (to subtract) at ``theta``, from its ``_state`` (``z``, ``e``)
+    under the battle weights ``w`` float64[R, N]."""
     p = np.where(z >= 0, 1.0, e) / (1.0 + e)  # sigmoid(z) without overflow
     resid = w * (p - d.y)
     v = w * p * (1.0 - p)
     vx = v[:, :, None] * d.x  # [R, N, F]
-    grad, hess = assemble(
-        d, theta, np.add.reduceat(resid, d.starts, axis=1), resid @ d.x,
-        np.add.reduceat(v, d.starts, axis=1), np.add.reduceat(vx, d.starts, axis=1),
-        np.swapaxes(vx, 1, 2) @ d.x, alpha, reg)
+    sums = LossSums(g_pair=np.add.reduceat(resid, d.starts, axis=1), g_beta=resid @ d.x,
+                    h_pair=np.add.reduceat(v, d.starts, axis=1), h_cross=np.add.reduceat(vx, d.starts, axis=1),
+                    h_beta=np.swapaxes(vx, 1, 2) @ d.x)
+    grad, hess = assemble(d, theta, sums, alpha, reg)
     return np.linalg.solve(hess, grad[:, :, None])[:, :, 0]
 
 
@@ -173,7 +184,7 @@ def fit_style(d: Design, weights: np.ndarray | None = None, reg: float = REG, al
     z, e, loss = _state(d, theta, w, alpha, reg)
     for _ in range(max_iter):
         wa = w[active]
-        step = _newton_step(d, theta[active], z, e, wa, alpha, reg)
+        step = _newton_step(d, theta[active], z=z, e=e, w=wa, alpha=alpha, reg=reg)
         scale = np.ones(len(active))
         for _ in range(60):  # halve the step of each row whose loss would rise
             new = theta[active] - scale[:, None] * step
