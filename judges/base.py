@@ -13,7 +13,8 @@ def pair_battle(prompt: str, response_a: str, response_b: str, reference: str | 
                 category: str = "", model_a: str = "A", model_b: str = "B") -> Battle:
     """A battle record for a bare (prompt, response A, response B[, reference]) pair."""
     bid = stable_id("pair", prompt, response_a, response_b, reference, model_a, model_b)
-    return Battle(bid, 0, "train", bid, prompt, category, 0, reference, model_a, model_b, response_a, response_b)
+    return Battle(battle_id=bid, iteration=0, phase="train", prompt_id=bid, prompt=prompt, category=category, level=0,
+                  reference=reference, model_a=model_a, model_b=model_b, response_a=response_a, response_b=response_b)
 
 
 def conversation_pair(conversation_a: list[Message], conversation_b: list[Message], category: str = "",
@@ -24,8 +25,10 @@ def conversation_pair(conversation_a: list[Message], conversation_b: list[Messag
     first = next(m for m in conversation_a if m["role"] == "user")
     ca, cb = encode(conversation_a), encode(conversation_b)
     bid = stable_id("pair", ca, cb, model_a, model_b)
-    return Battle(bid, 0, "train", bid, first["content"], category, 0, first.get("reference"), model_a, model_b,
-                  conversation_a[-1]["content"], conversation_b[-1]["content"], conversation_a=ca, conversation_b=cb)
+    return Battle(battle_id=bid, iteration=0, phase="train", prompt_id=bid, prompt=first["content"], category=category,
+                  level=0, reference=first.get("reference"), model_a=model_a, model_b=model_b,
+                  response_a=conversation_a[-1]["content"], response_b=conversation_b[-1]["content"],
+                  conversation_a=ca, conversation_b=cb)
 
 
 class PairwiseJudge(abc.ABC):

@@ -16,19 +16,13 @@ from judges.reward_model import RewardModelJudge
 from judges.verifier import VerifierJudge
 
 
-def _identity(pc) -> str:
-    """What a judge model's outputs depend on (part of the judgment cache key)."""
-    return f"{pc.kind}:{pc.model or pc.path or pc.name}@{','.join(pc.base_urls)}"
-
-
 def build_verifier(vc) -> VerifierJudge:
     """The verifier a ``judge.verifier`` config describes."""
-    return VerifierJudge(vc.match, vc.tolerance, vc.relative_tolerance, vc.pattern, vc.function, vc.extract)
+    return VerifierJudge.from_config(vc)
 
 
 def _llm(jc, roster, cache, pc, confidence: bool = False) -> PairwiseJudge:
-    return LLMJudge(roster.build(pc, pc.name), jc.template, jc.both_orders, jc.inconsistent,
-                    jc.max_parse_retries, pc.max_new_tokens, cache, _identity(pc), confidence)
+    return LLMJudge.from_config(jc, pc, roster.build(pc, pc.name), cache=cache, confidence=confidence)
 
 
 def _verifier(jc, roster, cache) -> PairwiseJudge:
@@ -57,7 +51,7 @@ def _game(jc, roster, cache) -> PairwiseJudge:
 
 
 def _reward_model(jc, roster, cache) -> PairwiseJudge:
-    return RewardModelJudge(jc.reward_model, jc.reward_tie_margin)
+    return RewardModelJudge.from_config(jc)
 
 
 def _tier(jc, tc, roster, cache) -> Tier:
@@ -66,12 +60,11 @@ def _tier(jc, tc, roster, cache) -> Tier:
                                  "template": tc.template or jc.template, "custom": tc.custom, "options": tc.options})
     judge = (_llm(view, roster, cache, tc.player, confidence=tc.threshold is not None) if tc.kind == "llm"
              else JUDGES[tc.kind](view, roster, cache))
-    return Tier(judge, tc.cost, tc.threshold, tc.ties == "escalate", exact=tc.kind == "verifier")
+    return Tier.from_config(judge, tc)
 
 
 def _cascade(jc, roster, cache, bypass=None) -> PairwiseJudge:
-    cc = jc.cascade
-    return CascadeJudge([_tier(jc, tc, roster, cache) for tc in cc.tiers], cc.audit_share, cc.audit_seed, bypass)
+    return CascadeJudge.from_config([_tier(jc, tc, roster, cache) for tc in jc.cascade.tiers], jc.cascade, bypass)
 
 
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)

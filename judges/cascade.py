@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from flywheel.ground.config_parts import CascadeConfig, CascadeTier
 from flywheel.ground.records import Battle, Judgment, stable_id
 from judges.base import PairwiseJudge
 
@@ -45,6 +46,12 @@ class Tier:
     threshold: float | None = None
     escalate_ties: bool = True
     exact: bool = False
+
+    @classmethod
+    def from_config(cls, judge: PairwiseJudge, tc: CascadeTier) -> Tier:
+        """The tier ``tc`` (one of ``judge.cascade.tiers``) judging with ``judge``, built from it."""
+        return cls(judge=judge, price=tc.cost, threshold=tc.threshold, escalate_ties=tc.ties == "escalate",
+                   exact=tc.kind == "verifier")
 
 
 def unsure(b: Battle, j: Judgment, tier: Tier) -> str | None:
@@ -80,6 +87,13 @@ class CascadeJudge(PairwiseJudge):
         self.bypass = bypass or (lambda: ())
         self.name = "cascade:" + ">".join(t.judge.name for t in self.tiers)
         self.model = self.tiers[-1].judge.model
+
+    @classmethod
+    def from_config(cls, tiers: Sequence[Tier], cc: CascadeConfig,
+                    bypass: Callable[[], Iterable[tuple[int, str]]] | None = None) -> CascadeJudge:
+        """The cascade ``judge.cascade`` (``cc``) describes, over ``tiers`` (built from its tiers):
+        its audit share and seed from the config."""
+        return cls(tiers, audit_share=cc.audit_share, audit_seed=cc.audit_seed, bypass=bypass)
 
     def llm_judges(self) -> list:
         return [j for t in self.tiers for j in t.judge.llm_judges()]

@@ -32,6 +32,7 @@ import math
 import re
 from pathlib import Path
 
+from flywheel.ground.config_parts import JudgeConfig, PlayerConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment, Prompt, stable_id
 from flywheel.players.base import Player, SamplingParams
@@ -177,6 +178,11 @@ def _swap(v: Verdict) -> Verdict:
     return seat, strength, (scores[1], scores[0]) if scores else None
 
 
+def model_identity(pc: PlayerConfig) -> str:
+    """What a judge model's outputs depend on (part of the judgment cache key)."""
+    return f"{pc.kind}:{pc.model or pc.path or pc.name}@{','.join(pc.base_urls)}"
+
+
 class LLMJudge(PairwiseJudge):
     def __init__(self, player: Player, template: str = "arena_hard", both_orders: bool = True,
                  inconsistent: str = "tie", max_parse_retries: int = 1, max_new_tokens: int = 512,
@@ -196,6 +202,16 @@ class LLMJudge(PairwiseJudge):
         self.calls = 0
         self.cache_hits = 0
         self.judged = 0  # battles given to judge (a hybrid's or a cascade's share)
+
+    @classmethod
+    def from_config(cls, jc: JudgeConfig, pc: PlayerConfig, player: Player, *, cache=None,
+                    confidence: bool = False) -> LLMJudge:
+        """The judge a ``judge:`` section ``jc`` describes (template, both orders, inconsistent pairs,
+        parse retries), asking ``player``, the model ``pc`` configures (its length limit; its kind,
+        model and endpoints name its outputs in ``cache``)."""
+        return cls(player, template=jc.template, both_orders=jc.both_orders, inconsistent=jc.inconsistent,
+                   max_parse_retries=jc.max_parse_retries, max_new_tokens=pc.max_new_tokens, cache=cache,
+                   identity=model_identity(pc), confidence=confidence)
 
     def llm_judges(self) -> list[LLMJudge]:
         return [self]
@@ -287,14 +303,15 @@ class LLMJudge(PairwiseJudge):
         flip = None if two is None else v1[0] != v2[0]
         if flip:
             if self.inconsistent == "invalid":
-                return Judgment(b.battle_id, self.name, None, 0.0, sa, sb, raw, "inconsistent across orders", True,
-                                confidence=conf)
-            return Judgment(b.battle_id, self.name, "tie", 0.0, sa, sb, raw, None, True, confidence=conf)
+                return Judgment(battle_id=b.battle_id, judge=self.name, winner=None, margin=0.0, score_a=sa,
+                                score_b=sb, raw=raw, error="inconsistent across orders", flip=True, confidence=conf)
+            return Judgment(battle_id=b.battle_id, judge=self.name, winner="tie", margin=0.0, score_a=sa, score_b=sb,
+                            raw=raw, flip=True, confidence=conf)
         seat = v1[0]
         if seat is None:
             bad = sa is not None and sb is not None and max(sa, sb) < BOTHBAD_BELOW
             winner = "tie (bothbad)" if bad else "tie"
         else:
             winner = "model_a" if seat == "A" else "model_b"
-        return Judgment(b.battle_id, self.name, winner, (v1[1] + v2[1]) / 2, sa, sb, raw, None, flip,
-                        confidence=conf)
+        return Judgment(battle_id=b.battle_id, judge=self.name, winner=winner, margin=(v1[1] + v2[1]) / 2,
+                        score_a=sa, score_b=sb, raw=raw, flip=flip, confidence=conf)

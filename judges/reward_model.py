@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from flywheel.ground.config_parts import JudgeConfig
 from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 from judges.reward_scorer import RewardScorer
@@ -48,6 +49,11 @@ class RewardModelJudge(PairwiseJudge):
         self.name = f"reward_model:{Path(path).name}"
         self.tie_margin = tie_margin
         self.chat = self.scorer.chat if chat is None else chat
+
+    @classmethod
+    def from_config(cls, jc: JudgeConfig) -> RewardModelJudge:
+        """The judge a ``judge:`` section of kind reward_model describes: its model and tie margin."""
+        return cls(jc.reward_model, tie_margin=jc.reward_tie_margin)  # type: ignore[arg-type]  # checked: set
 
     def _prompt(self, text: str):
         return [{"role": "user", "content": text}] if self.chat else text

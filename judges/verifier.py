@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Callable
 
+from flywheel.ground.config_parts import VerifierConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment
 from flywheel.players.registry import resolve
@@ -147,6 +148,12 @@ class VerifierJudge(PairwiseJudge):
                  pattern: str | None = None, function: str | Callable | None = None, extract: str = "none") -> None:
         self.check = make_check(match, tolerance, relative_tolerance, pattern, function, extract)
         self.name = ("verifier" if match == "exact" else f"verifier:{match}") + ("" if extract == "none" else "+final")
+
+    @classmethod
+    def from_config(cls, vc: VerifierConfig) -> VerifierJudge:
+        """The verifier a ``judge.verifier`` section describes."""
+        return cls(match=vc.match, tolerance=vc.tolerance, relative_tolerance=vc.relative_tolerance,
+                   pattern=vc.pattern, function=vc.function, extract=vc.extract)
 
     def correct(self, response: str | None, reference: str | None) -> bool:
         """Whether ``response`` passes the check (a score of at least 0.5)."""

@@ -11,6 +11,7 @@ import pytest
 from flywheel.ground.cache import KeyValueCache
 from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, VerifierConfig
 from flywheel.ground.records import Battle
 from flywheel.ground.store import RunStore
 from flywheel.players import create_player
@@ -320,3 +321,29 @@ def test_user_templates_from_a_file(tmp_path):
     (tmp_path / "bad.txt").write_text("{question} {answer_a}\n")
     with pytest.raises(ValueError, match="lacks"):
         LLMJudge(None, template=str(tmp_path / "bad.txt"))
+
+
+def test_judges_built_from_their_config_sections_follow_each_setting():
+    """``from_config`` hands every setting of ``judge:`` to the judge by name: one order only, the
+    scores template, no re-ask of unparseable output, the judge player's length limit, confidence
+    and cache identity; the verifier's match, tolerance and extraction."""
+    with FakeAPI("script") as server:
+        pc = PlayerConfig(name="judge", kind="openai", model="judge-1", base_urls=[server.url], max_new_tokens=48,
+                          api_key_env="FLYWHEEL_TEST_KEY")
+        jc = JudgeConfig(kind="llm", player=pc, template="wizardarena", both_orders=False, inconsistent="invalid",
+                         max_parse_retries=0)
+        player = create_player("openai", "judge", model="judge-1", base_urls=[server.url],
+                               api_key_env="FLYWHEEL_TEST_KEY", retry=FAST)
+        judge = LLMJudge.from_config(jc, pc, player, confidence=True)
+        assert judge.identity == f"openai:judge-1@{server.url}" and judge.name == "llm:judge:wizardarena"
+        server.script = lambda prompt: "no verdict here"
+        assert judge.judge([arith("1", "42", "41")])[0].error == "unparseable verdict"
+        assert len(server.requests) == 1  # one order, no re-ask
+        body = server.requests[0]["body"]
+        assert body.get("max_completion_tokens", body.get("max_tokens")) == 48 and body.get("logprobs")
+        server.script = lambda prompt: "[[8, 3]]"
+        j = judge.judge([arith("2", "42", "41")])[0]
+        assert (j.winner, j.score_a, j.score_b, j.flip) == ("model_a", 8.0, 3.0, None)
+    verifier = VerifierJudge.from_config(VerifierConfig(match="numeric", tolerance=0.01, extract="final"))
+    assert verifier.name == "verifier:numeric+final"
+    assert verifier.judge([arith("3", "So the answer is 42.004", "41.9")])[0].winner == "model_a"

@@ -52,10 +52,7 @@ def play_batch(roster: Roster, store: RunStore, todo: list[BattleSpec], prompts:
         p = prompts[s.prompt_id]
         ga, gb = answers[s.model_a][p.id], answers[s.model_b][p.id]
         error = "; ".join(f"{g.player}: {g.error}" for g in (ga, gb) if not g.ok) or None
-        battles.append(
-            Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
-                   s.model_a, s.model_b, ga.text, gb.text, error, s.arm)
-        )
+        battles.append(Battle.from_spec(s, p, response_a=ga.text, response_b=gb.text, error=error))
     store.append_battles(battles, name)
 
 

@@ -39,7 +39,8 @@ def turn_prompt(p: Prompt, turn: int, text: str, reference: str | None, history:
     if turn == 0:
         return p
     hist = encode(plain(history))
-    return Prompt(stable_id(p.id, turn, hist, text), text, p.category, p.level, reference, p.split, "", hist)
+    return Prompt(id=stable_id(p.id, turn, hist, text), text=text, category=p.category, level=p.level,
+                  reference=reference, split=p.split, turns="", history=hist)
 
 
 def converse(roster: Roster, store: RunStore, groups: list[tuple[Prompt, list[str]]], iteration: int,
@@ -120,8 +121,7 @@ def play_conversations(roster: Roster, store: RunStore, todo: list[BattleSpec], 
         error = "; ".join(x.error for x in (a, b) if x.error) or None
         ra, rb = (x.answers()[-1] if x.answers() else "" for x in (a, b))
         many = max(len(a.messages), len(b.messages)) > 2
-        battle = Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
-                        s.model_a, s.model_b, ra, rb, error, s.arm, asker=s.asker)
+        battle = Battle.from_spec(s, p, response_a=ra, response_b=rb, error=error, asker=s.asker)
         out.append(replace(battle, conversation_a=encode(a.messages), conversation_b=encode(b.messages))
                    if many else battle)
     return out

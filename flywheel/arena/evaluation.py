@@ -1,13 +1,14 @@
-"""Held-out evaluation helpers: accuracy and the WizardArena-style eval subsets."""
+"""Held-out evaluation helpers: the eval and validation battles, accuracy and the WizardArena-style
+eval subsets."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
 from dataclasses import replace
 
+from flywheel.arena.selection import arm_of, seat
 from flywheel.ground.conversation import Message
-from flywheel.ground.records import Prompt, stable_id
+from flywheel.ground.records import BattleSpec, Prompt, stable_id
 from judges.verifier import normalize
 
 Correct = Callable[[str | None, Prompt], bool]
@@ -18,6 +19,15 @@ SUBSET_RULES = {
             "ties broken by how much they disagree",
     "mix": "diverse + hard",
 }
+
+
+def held_out_spec(k: int, phase: str, side: str, other: str, p: Prompt) -> BattleSpec:
+    """The battle of ``side`` and ``other`` (players or teams) on ``p`` in iteration ``k``'s
+    ``phase`` (eval or validation): its id from the phase, both sides and the prompt, the seats
+    drawn from the id."""
+    key = stable_id(phase, side, other, p.id)
+    a, b = seat(key, side, other)
+    return BattleSpec(battle_id=key, iteration=k, phase=phase, prompt_id=p.id, model_a=a, model_b=b, arm=arm_of(p))
 
 
 def is_correct(response: str | None, p: Prompt) -> bool:
@@ -68,7 +78,7 @@ def conversation_accuracy(conversations: dict[str, list[Message]], prompts: list
                 by_cat.setdefault(p.category, []).append(ok)
                 by_turn.setdefault(t, []).append(ok)
     total = [x for v in by_cat.values() for x in v]
-    mean = lambda v: round(sum(v) / len(v), 4) if v else 0.0  # noqa: E731
+    mean = lambda v: round(sum(v) / len(v), 4) if v else 0.0
     return mean(total), {c: mean(v) for c, v in sorted(by_cat.items())}, [mean(by_turn[t]) for t in sorted(by_turn)]
 
 

@@ -156,6 +156,7 @@ def evolve(req: EvolveRequest, ask: Ask | None = None) -> Evolution:
         seen.add(key)
         before = req.lineage.get(parent.id)
         out.prompts.append(EvolvedPrompt(
-            stable_id("evolved", parent.id, method, evolver, new.text), new.text, new.category, new.level,
-            new.reference, parent.id, method, evolver, (before.generation if before else 0) + 1, req.k))
+            id=stable_id("evolved", parent.id, method, evolver, new.text), text=new.text, category=new.category,
+            level=new.level, reference=new.reference, parent_id=parent.id, method=method, evolver=evolver,
+            generation=(before.generation if before else 0) + 1, iteration=req.k))
     return out

@@ -42,9 +42,8 @@ class _Game:
             self.pos, self.seat = pos, "b" if self.seat == "a" else "a"
 
     def battle(self) -> Battle:
-        s, p = self.spec, self.start
-        return Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
-                      s.model_a, s.model_b, " ".join(self.records["a"]), " ".join(self.records["b"]), self.error, s.arm)
+        return Battle.from_spec(self.spec, self.start, response_a=" ".join(self.records["a"]),
+                                response_b=" ".join(self.records["b"]), error=self.error)
 
 
 def retry_params(params: SamplingParams, attempt: int) -> SamplingParams:
@@ -66,22 +65,23 @@ def play_games(roster, todo: list[BattleSpec], prompts: dict[str, Prompt], style
         if not waiting:
             break
         for player, gs in waiting.items():
-            _turn(roster, player, gs, style, max_illegal, usage.setdefault(
+            _turn(roster, player, gs, style=style, max_illegal=max_illegal, usage=usage.setdefault(
                 player, {"player": player, "moves": 0, "reasks": 0, "forfeits": 0, "failed": 0}))
     for row in usage.values():
         row["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     return [g.battle() for g in games], list(usage.values())
 
 
-def _turn(roster, player: str, games: list[_Game], style: str, max_illegal: int, usage: dict) -> None:
+def _turn(roster, player: str, games: list[_Game], *, style: str, max_illegal: int, usage: dict) -> None:
     """One move in each of ``games`` by ``player`` (whose turn it is in all of them)."""
     obj = roster.player(player)
     params = roster.params(player)
     rejected: dict[int, list[str]] = {id(g): [] for g in games}
     pending = games
     for attempt in range(max_illegal + 1):
-        asks = [Prompt(stable_id(g.spec.battle_id, len(g.pos.board) - g.pos.board.count("-"), attempt),
-                       g.pos.text(style), g.start.category, g.start.level, None, g.spec.phase) for g in pending]
+        asks = [Prompt(id=stable_id(g.spec.battle_id, len(g.pos.board) - g.pos.board.count("-"), attempt),
+                       text=g.pos.text(style), category=g.start.category, level=g.start.level, split=g.spec.phase)
+                for g in pending]
         gens = obj.generate(asks, params if attempt == 0 else retry_params(params, attempt))
         if len(gens) != len(asks):
             raise RuntimeError(f"player {player} returned {len(gens)} moves for {len(asks)} positions")

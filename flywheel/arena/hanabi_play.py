@@ -53,21 +53,17 @@ def play_hanabi(roster, todo: list[BattleSpec], prompts: dict[str, Prompt], styl
         if not waiting:
             break
         for player, gs in waiting.items():
-            _turn(roster, player, gs, style, max_illegal, errors, usage.setdefault(
+            _turn(roster, player, gs, style=style, max_illegal=max_illegal, errors=errors, usage=usage.setdefault(
                 player, {"player": player, "moves": 0, "reasks": 0, "forfeits": 0, "failed": 0}))
     for row in usage.values():
         row["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     records = {(g.spec.battle_id, g.side): " ".join(g.record) for g in games}
-    battles = []
-    for s in todo:
-        p = prompts[s.prompt_id]
-        battles.append(Battle(s.battle_id, s.iteration, s.phase, p.id, p.text, p.category, p.level, p.reference,
-                              s.model_a, s.model_b, records[s.battle_id, "a"], records[s.battle_id, "b"],
-                              errors.get(s.battle_id), s.arm))
+    battles = [Battle.from_spec(s, prompts[s.prompt_id], response_a=records[s.battle_id, "a"],
+                                response_b=records[s.battle_id, "b"], error=errors.get(s.battle_id)) for s in todo]
     return battles, list(usage.values())
 
 
-def _turn(roster, player: str, games: list[_TeamGame], style: str, max_illegal: int, errors: dict[str, str],
+def _turn(roster, player: str, games: list[_TeamGame], *, style: str, max_illegal: int, errors: dict[str, str],
           usage: dict) -> None:
     """One move in each of ``games`` by ``player`` (whose seat is to move in all of them)."""
     obj = roster.player(player)
@@ -75,8 +71,8 @@ def _turn(roster, player: str, games: list[_TeamGame], style: str, max_illegal: 
     rejected: dict[int, list[str]] = {id(g): [] for g in games}
     pending = games
     for attempt in range(max_illegal + 1):
-        asks = [Prompt(stable_id(g.spec.battle_id, g.side, len(g.record), attempt), g.state.text(style),
-                       g.spec.arm.split("/")[0], 0, None, g.spec.phase) for g in pending]
+        asks = [Prompt(id=stable_id(g.spec.battle_id, g.side, len(g.record), attempt), text=g.state.text(style),
+                       category=g.spec.arm.split("/")[0], level=0, split=g.spec.phase) for g in pending]
         gens = obj.generate(asks, params if attempt == 0 else retry_params(params, attempt))
         if len(gens) != len(asks):
             raise RuntimeError(f"player {player} returned {len(gens)} moves for {len(asks)} positions")

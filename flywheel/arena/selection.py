@@ -270,7 +270,8 @@ def plan_round(
         key = stable_id(seed, iteration, "train", rnd, target, i, p.id, opponent)
         mine = partner_team(key, target, opponent, this_round.team_seats) if this_round.team_seats else target
         a, b = seat(key, mine, opponent)
-        specs.append(BattleSpec(key, iteration, "train", p.id, a, b, cell, askers[i]))
+        specs.append(BattleSpec(battle_id=key, iteration=iteration, phase="train", prompt_id=p.id, model_a=a,
+                                model_b=b, arm=cell, asker=askers[i]))
     return specs
 
 

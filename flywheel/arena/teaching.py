@@ -98,13 +98,17 @@ class TeachingRound:
     rnd: int
     seed: int
 
+    def id_of(self, *parts: object) -> str:
+        """The round's stable id (seed, iteration, round, target) followed by ``parts``."""
+        return stable_id(self.seed, self.k, self.rnd, self.target, *parts)
+
 
 def plan_lessons(teachers: Teachers, pool_by_cell: dict[str, list[Prompt]], this: TeachingRound) -> list[LessonPlan]:
     """``this.lessons`` lessons spread evenly over the cells that have two prompts or more (the
     cells in a seeded random order, repeated), each with two distinct prompts of its cell drawn at
     random (example, sibling) and the teacher its cell's bandit picks. Only prompts with a reference
     answer are taught (the verifier scores the lesson)."""
-    rng = np.random.default_rng(int(stable_id(this.seed, this.k, this.rnd, this.target, "teach"), 16) % 2**63)
+    rng = np.random.default_rng(int(this.id_of("teach"), 16) % 2**63)
     checkable = {c: [p for p in ps if p.reference is not None] for c, ps in sorted(pool_by_cell.items())}
     cells = [c for c, ps in checkable.items() if len(ps) >= 2 and c in teachers.per_cell]
     if not cells:
@@ -115,7 +119,7 @@ def plan_lessons(teachers: Teachers, pool_by_cell: dict[str, list[Prompt]], this
         pool = checkable[cell]
         e, s = (int(j) for j in rng.choice(len(pool), size=2, replace=False))
         teacher = teachers.teachers[int(teachers.per_cell[cell].select(1, rng)[0])]
-        lid = stable_id(this.seed, this.k, this.rnd, this.target, i, teacher, pool[e].id, pool[s].id)
+        lid = this.id_of(i, teacher, pool[e].id, pool[s].id)
         out.append(LessonPlan(lid, cell, teacher, pool[e], pool[s]))
     return out
 
@@ -149,10 +153,14 @@ def grade(plan: LessonPlan, this: TeachingRound, example: Generation, alone: Gen
                    if not g.ok), None)
     ok_without = failed is None and correct(alone.text, plan.sibling)
     ok_with = failed is None and correct(taught.text, plan.sibling)
-    return Lesson(plan.lesson_id, this.k, this.rnd, this.target, plan.teacher, plan.cell, plan.example.id,
-                  plan.example.text, example.text, failed is None and correct(example.text, plan.example),
-                  plan.sibling.id, plan.sibling.text, plan.sibling.category, plan.sibling.reference, alone.text,
-                  taught.text, ok_without, ok_with, 0.0 if failed else lift(ok_with, ok_without), failed)
+    return Lesson(lesson_id=plan.lesson_id, iteration=this.k, round=this.rnd, target=this.target,
+                  teacher=plan.teacher, cell=plan.cell, example_id=plan.example.id, example_text=plan.example.text,
+                  example_answer=example.text,
+                  example_correct=failed is None and correct(example.text, plan.example),
+                  sibling_id=plan.sibling.id, sibling_text=plan.sibling.text, category=plan.sibling.category,
+                  reference=plan.sibling.reference, answer_without=alone.text, answer_with=taught.text,
+                  correct_without=ok_without, correct_with=ok_with,
+                  lift=0.0 if failed else lift(ok_with, ok_without), error=failed)
 
 
 def best_lessons(lessons: list[Lesson], n: int, min_lift: float) -> list[Lesson]:
@@ -178,8 +186,8 @@ def best_lessons(lessons: list[Lesson], n: int, min_lift: float) -> list[Lesson]
 def lesson_sft(x: Lesson) -> SFTExample:
     """A lesson as an SFT row of its target: the sibling prompt asked alone, the target's own
     answer after the example as the completion (``battle_id``: the lesson's id)."""
-    return SFTExample(x.sibling_text, x.answer_with, x.sibling_id, x.category, x.target, x.lesson_id, x.iteration,
-                      base_name(x.target))
+    return SFTExample(prompt=x.sibling_text, completion=x.answer_with, prompt_id=x.sibling_id, category=x.category,
+                      source_model=x.target, battle_id=x.lesson_id, iteration=x.iteration, target=base_name(x.target))
 
 
 @dataclass(frozen=True)

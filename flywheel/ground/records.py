@@ -174,6 +174,17 @@ class Battle(_Row):
     conversation_b: str = ""
     asker: str = ""  # the asker the selector chose for it (several askers); empty: the only one, or none
 
+    @classmethod
+    def from_spec(cls, spec: BattleSpec, prompt: Prompt, *, response_a: str, response_b: str,
+                  error: str | None = None, asker: str = "") -> Battle:
+        """The battle ``spec`` planned, as played on ``prompt``: its id, seats and arm from the spec,
+        the task from the prompt, and both sides' responses. ``asker``: the asker the battle was
+        played with (a conversation's; the spec's choice), else empty."""
+        return cls(battle_id=spec.battle_id, iteration=spec.iteration, phase=spec.phase, prompt_id=prompt.id,
+                   prompt=prompt.text, category=prompt.category, level=prompt.level, reference=prompt.reference,
+                   model_a=spec.model_a, model_b=spec.model_b, response_a=response_a, response_b=response_b,
+                   error=error, arm=spec.arm, asker=asker)
+
     @property
     def ok(self) -> bool:
         return self.error is None

@@ -40,9 +40,10 @@ class TransformersPlayer(Player):
     def __init__(self, name: str, path: str, batch_size: int = 256, chat: str = "auto",
                  system_prompt: str | None = None, device: str = "auto", dtype: str = "auto", **_: object) -> None:
         with LOCAL:
-            self._load(name, path, batch_size, chat, system_prompt, device, dtype)
+            self._load(name=name, path=path, batch_size=batch_size, chat=chat, system_prompt=system_prompt,
+                       device=device, dtype=dtype)
 
-    def _load(self, name: str, path: str, batch_size: int, chat: str, system_prompt: str | None,
+    def _load(self, *, name: str, path: str, batch_size: int, chat: str, system_prompt: str | None,
               device: str, dtype: str) -> None:
         from transformers import AutoTokenizer
 

@@ -12,10 +12,9 @@ import numpy as np
 
 from flywheel.arena.battles import generate_cached, judge_pending, play_battles
 from flywheel.arena.conversations import converse
-from flywheel.arena.evaluation import SUBSET_RULES, accuracy, conversation_accuracy, eval_subsets
+from flywheel.arena.evaluation import SUBSET_RULES, accuracy, conversation_accuracy, eval_subsets, held_out_spec
 from flywheel.arena.game_scores import tally, win_or_draw
 from flywheel.arena.games import play_games
-from flywheel.arena.selection import arm_of, seat
 from flywheel.ground import reports
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.conversation import decode
@@ -39,7 +38,8 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
     if active:
         play_active(ctx, k, versions)
     else:
-        specs = [_eval_spec(k, v, opp, p) for v in versions for opp in ctx.roster.opponents for p in ctx.eval_split]
+        specs = [held_out_spec(k, "eval", v, opp, p) for v in versions for opp in ctx.roster.opponents
+                 for p in ctx.eval_split]
         play_battles(ctx.roster, ctx.store, specs, ctx.prompts, ctx.cfg.run.shard_size)
         judge_pending(ctx.judge, ctx.store, k, "eval", ctx.cfg.run.shard_size)
     if ctx.cfg.world.kind == "games":
@@ -67,22 +67,16 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
             acc, by_cat, by_turn = conversation_accuracy(talks[m], ctx.eval_split, ctx.correct)
         else:
             acc, by_cat = accuracy(responses.get(m, {}), ctx.eval_split, ctx.correct)
-        r = by_model.get(m)
         in_subsets = {name: next((x["rating"] for x in rows if x["model"] == m), None) for name, rows in subsets.items()}
         target = m in versions
-        evals[m] = VersionEval(acc, by_cat, r.rating if r else None, [r.lower, r.upper] if r else None, in_subsets,
-                               _reference_loss(ctx, m, ctx.eval_split) if target else None,
-                               validate(ctx, m, k) if target else None, accuracy_by_turn=by_turn,
-                               turn2=turn2.get(m))
+        evals[m] = VersionEval.rated(by_model.get(m), accuracy=acc, accuracy_by_category=by_cat,
+                                     elo_by_subset=in_subsets,
+                                     eval_loss=_reference_loss(ctx, m, ctx.eval_split) if target else None,
+                                     validation=validate(ctx, m, k) if target else None, accuracy_by_turn=by_turn,
+                                     turn2=turn2.get(m))
     rows = [r.to_dict() for r in by_model.values()]
     _publish(ctx, k, rows)
     return EvalResult(evals, rows)
-
-
-def _eval_spec(k: int, version: str, opponent: str, p) -> BattleSpec:
-    key = stable_id("eval", version, opponent, p.id)
-    a, b = seat(key, version, opponent)
-    return BattleSpec(key, k, "eval", p.id, a, b, arm_of(p))
 
 
 def play_active(ctx: Context, k: int, versions: list[str]) -> int:
@@ -126,7 +120,7 @@ def play_active(ctx: Context, k: int, versions: list[str]) -> int:
             specs = []
             for i, j in chosen:
                 v, o = models[i], models[j]
-                specs.append(_eval_spec(k, v, o, queues[v, o][used[v, o] + taken[v, o]]))
+                specs.append(held_out_spec(k, "eval", v, o, queues[v, o][used[v, o] + taken[v, o]]))
                 taken[v, o] += 1
             stored = {"battles": [s.to_row() for s in specs], "settled": bool(settled),
                       "max_ci_width": float(max(ci_widths(cov)[list(mine)]))}
@@ -150,9 +144,9 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
     by_model = {r.model: r for r in board(every, ctx.cfg.rating, ctx.cfg.evaluate.bootstrap_seed)}
     for m in versions + ctx.roster.opponents:
         acc, by_cat = win_or_draw(judged, m)
-        r = by_model.get(m)
-        evals[m] = VersionEval(acc, by_cat, r.rating if r else None, [r.lower, r.upper] if r else None, {}, None,
-                               _validate_games(ctx, m, k) if m in versions else None, tally(judged, m))
+        evals[m] = VersionEval.rated(by_model.get(m), accuracy=acc, accuracy_by_category=by_cat,
+                                     validation=_validate_games(ctx, m, k) if m in versions else None,
+                                     games=tally(judged, m))
     rows = []
     for r in by_model.values():
         versus = tally(every, r.model)
@@ -165,12 +159,7 @@ def _evaluate_games(ctx: Context, k: int, versions: list[str]) -> EvalResult:
 def _validate_games(ctx: Context, version: str, k: int) -> Validation:
     """A target version's win-or-draw rate against every opponent from the validation positions
     (played and judged here, not logged: what steers the run, never the eval split)."""
-    specs = []
-    for opp in ctx.roster.opponents:
-        for p in ctx.validation:
-            key = stable_id("validation", version, opp, p.id)
-            a, b = seat(key, version, opp)
-            specs.append(BattleSpec(key, k, "validation", p.id, a, b, arm_of(p)))
+    specs = [held_out_spec(k, "validation", version, opp, p) for opp in ctx.roster.opponents for p in ctx.validation]
     gc = ctx.cfg.world.games
     played = [b for b in play_games(ctx.roster, specs, ctx.prompts, gc.prompt, gc.max_illegal)[0] if b.ok]
     judged = [JudgedBattle(b, j) for b, j in zip(played, ctx.judge.judge(played)) if j.valid]

@@ -16,25 +16,20 @@ from __future__ import annotations
 from itertools import combinations
 
 from flywheel.arena.battles import judge_pending, play_battles
+from flywheel.arena.evaluation import held_out_spec
 from flywheel.arena.game_scores import mean_ci, team_scores
 from flywheel.arena.hanabi_play import play_hanabi
-from flywheel.arena.selection import arm_of, partner_team, seat
+from flywheel.arena.selection import partner_team
 from flywheel.games.hanabi_policy import open_hand_score
 from flywheel.games.hanabi_referee import parse_deal
 from flywheel.ground.atomic import atomic_write_json
+from flywheel.ground.records import BattleSpec, JudgedBattle, base_name, stable_id, team_name
 from flywheel.ground.reports import SCORE_COLUMNS
-from flywheel.ground.records import BattleSpec, JudgedBattle, Prompt, base_name, stable_id, team_name
 from flywheel.ground.store import iter_name
 from flywheel.maths.leaderboard import board
 from flywheel.stages.context import Context
 from flywheel.stages.results import EvalResult, Validation, VersionEval
 from flywheel.worlds.game_pools import hanabi_setup
-
-
-def duplicate_spec(k: int, phase: str, team: str, other: str, p: Prompt) -> BattleSpec:
-    key = stable_id(phase, team, other, p.id)
-    a, b = seat(key, team, other)
-    return BattleSpec(key, k, phase, p.id, a, b, arm_of(p))
 
 
 def version_teams(version: str, opponents: list[str], seats: int) -> list[tuple[str, str]]:
@@ -56,7 +51,7 @@ def eval_specs(ctx: Context, k: int, versions: list[str]) -> list[BattleSpec]:
     met = {b.model_a for b in earlier} | {b.model_b for b in earlier}
     fixed += list(combinations(opps, 2))
     pairs += [(t, o) for t, o in fixed if t not in met or o not in met]
-    return [duplicate_spec(k, "eval", t, o, p) for t, o in dict.fromkeys(pairs) for p in ctx.eval_split]
+    return [held_out_spec(k, "eval", t, o, p) for t, o in dict.fromkeys(pairs) for p in ctx.eval_split]
 
 
 def evaluate_hanabi(ctx: Context, k: int, versions: list[str], publish) -> EvalResult:
@@ -73,9 +68,8 @@ def evaluate_hanabi(ctx: Context, k: int, versions: list[str], publish) -> EvalR
     for m in versions + ctx.roster.opponents:
         mine = {t: v for t, v in teams.items() if base_name(m) in {base_name(x) for x in t.split("+")}}
         acc = teams.get(m, {}).get("mean_score", 0.0) / top
-        r = by_model.get(m)
-        evals[m] = VersionEval(acc, {"hanabi": acc}, r.rating if r else None, [r.lower, r.upper] if r else None, {},
-                               None, _validate(ctx, m, k, top) if m in versions else None, mine)
+        evals[m] = VersionEval.rated(by_model.get(m), accuracy=acc, accuracy_by_category={"hanabi": acc},
+                                     validation=_validate(ctx, m, k, top) if m in versions else None, games=mine)
     scored = {t: dict(zip(SCORE_COLUMNS, (v["mean_score"], v["ci_low"], v["ci_high"]))) for t, v in teams.items()}
     rows = [{**r.to_dict(), **scored.get(r.model, {})} for r in by_model.values()]
     atomic_write_json(ctx.store.ratings_path(f"{iter_name(k)}-hanabi.json"),
@@ -88,7 +82,7 @@ def _validate(ctx: Context, version: str, k: int, top: int) -> Validation:
     """A version's mean score over the maximum, self-play and with each opponent, on the
     validation deals (played and judged here, not logged: what steers the run)."""
     seats = ctx.cfg.world.games.hanabi.players
-    specs = [duplicate_spec(k, "validation", t, o, p) for t, o in version_teams(version, ctx.roster.opponents, seats)
+    specs = [held_out_spec(k, "validation", t, o, p) for t, o in version_teams(version, ctx.roster.opponents, seats)
              for p in ctx.validation]
     gc = ctx.cfg.world.games
     played = [b for b in play_hanabi(ctx.roster, specs, ctx.prompts, gc.prompt, gc.max_illegal)[0] if b.ok]

@@ -39,10 +39,11 @@ def evolve_prompts(ctx: Context, k: int) -> EvolveResult:
         made = ctx.store.evolved(k)
     else:
         earlier = [e for e in ctx.evolved if e.iteration != k]
-        req = EvolveRequest(parents, cfg, k, ctx.cfg.run.seed, {e.id: e for e in earlier},
-                            frozenset(" ".join(p.text.split()) for p in ctx.train_pool + [e.prompt() for e in earlier]),
-                            HeldOut.of(ctx.eval_split + ctx.validation, cfg.near_duplicate),
-                            cfg.max_level or max(ctx.cfg.world.tasks.levels))
+        req = EvolveRequest(
+            parents=parents, cfg=cfg, k=k, seed=ctx.cfg.run.seed, lineage={e.id: e for e in earlier},
+            train_texts=frozenset(" ".join(p.text.split()) for p in ctx.train_pool + [e.prompt() for e in earlier]),
+            held=HeldOut.of(ctx.eval_split + ctx.validation, cfg.near_duplicate),
+            max_level=cfg.max_level or max(ctx.cfg.world.tasks.levels))
         out = evolve(req, None if cfg.evolver == PROCEDURAL else player_asker(ctx, k))
         made, refused = out.prompts, dict(sorted(out.refused.items()))
         ctx.store.write_evolved(k, made)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from flywheel.learning.allocation import Allocation
+from flywheel.maths.ratings import Rating
 
 R = TypeVar("R", bound="StageRecord")
 
@@ -243,12 +244,20 @@ class VersionEval(StageRecord):
     turn2: SecondTurn | None = optional()
 
     @classmethod
+    def rated(cls, rating: Rating | None, **figures: Any) -> VersionEval:
+        """A model's ``figures`` (the other fields, by name) with its Elo and 95% interval from its
+        leaderboard row (``rating``; None: the model is not on the leaderboard)."""
+        return cls(elo=rating.rating if rating else None, elo_ci=[rating.lower, rating.upper] if rating else None,
+                   **figures)
+
+    @classmethod
     def from_json(cls, data: dict[str, Any]) -> VersionEval:
         val, turn2 = data.get("validation"), data.get("turn2")
-        return cls(data["accuracy"], data.get("accuracy_by_category", {}), data.get("elo"), data.get("elo_ci"),
-                   data.get("elo_by_subset", {}), data.get("eval_loss"),
-                   Validation.from_json(val) if val is not None else None, data.get("games"),
-                   data.get("accuracy_by_turn"), SecondTurn.from_json(turn2) if turn2 is not None else None)
+        return cls(accuracy=data["accuracy"], accuracy_by_category=data.get("accuracy_by_category", {}),
+                   elo=data.get("elo"), elo_ci=data.get("elo_ci"), elo_by_subset=data.get("elo_by_subset", {}),
+                   eval_loss=data.get("eval_loss"), validation=Validation.from_json(val) if val is not None else None,
+                   games=data.get("games"), accuracy_by_turn=data.get("accuracy_by_turn"),
+                   turn2=SecondTurn.from_json(turn2) if turn2 is not None else None)
 
     def standing(self, measure: str) -> float | None:
         """The version's standing for steering: its validation ``accuracy``, or minus its

@@ -64,8 +64,8 @@ def turn_states(b: Battle, side_a: bool) -> list[TurnState]:
             out.append(TurnState(b.prompt_id, 1, b.prompt, b.reference, baseline=answer))
             continue
         pid = turn_prompt(task, turn - 1, m["content"], m.get("reference"), history).id
-        out.append(TurnState(pid, turn, m["content"], m.get("reference"), history, answer,
-                             theirs[:i + 2] if answer is not None else []))
+        out.append(TurnState(pid, turn, m["content"], m.get("reference"), history=history, baseline=answer,
+                             baseline_conversation=theirs[:i + 2] if answer is not None else []))
     return out
 
 

@@ -67,7 +67,7 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         groups = own_groups(ctx, k, t, rl, answer_steps(method, steps), tc)
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
-        rl, sft, dpo, method = from_own_answers(ctx, k, t, groups, rl, sft, method)
+        rl, sft, dpo, method = from_own_answers(ctx, k, t, groups=groups, rl=rl, sft=sft, method=method)
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
@@ -82,13 +82,15 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         res = train_version(job, tc, sft, dpo, rl=rl)
     if is_main_process():
         base = versioned(t, 0) if pc.serve_lora else ctx.current_version(t, k)
-        atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base, res, tc, pc.serve_lora))
+        atomic_write_text(target_dir / "README.md", model_card(ctx, k, t, base=base, res=res, tc=tc,
+                                                               adapter=pc.serve_lora))
         shutil.rmtree(state, ignore_errors=True)  # the version is saved: its checkpoints are no longer needed
         with contextlib.suppress(OSError):  # and the folder of them, once no target's are left
             state.parent.rmdir()
     rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
-    return TargetTraining(new, res.steps, res.loss, res.examples, new if pc.serve_lora else None, rewards, made,
-                          sampled, list(res.history) or None)
+    return TargetTraining(version=new, steps=res.steps, loss=res.loss, examples=res.examples,
+                          served_as=new if pc.serve_lora else None, rewards=rewards, reward_model=made,
+                          sampling=sampled, log=list(res.history) or None)
 
 
 def samples_first(tc, method: str) -> bool:
@@ -137,7 +139,7 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
     return groups
 
 
-def from_own_answers(ctx: Context, k: int, t: str, groups: list[Group], rl: RLPhase, sft, method: str):
+def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: RLPhase, sft, method: str):
     """What the method trains on, from the groups: GRPO and RLOO the prompts whose groups taught
     (dynamic sampling); expert iteration the passed answers as SFT rows (after the curated rows
     with ``sft+expert``); on-policy DPO (passed, failed) pairs. Returns (rl, sft, dpo, the
@@ -217,8 +219,9 @@ def validation_pairs(ctx: Context, k: int, t: str):
             if a is None or b is None or not (a.ok and b.ok):
                 continue
             key = stable_id("reward-validation", version, opp, p.id)
-            battles.append(Battle(key, k, "validation", p.id, p.text, p.category, p.level, p.reference, version, opp,
-                                  a.text, b.text))
+            battles.append(Battle(battle_id=key, iteration=k, phase="validation", prompt_id=p.id, prompt=p.text,
+                                  category=p.category, level=p.level, reference=p.reference, model_a=version,
+                                  model_b=opp, response_a=a.text, response_b=b.text))
     rows = []
     for b, j in zip(battles, ctx.judge.judge(battles) if battles else []):
         if j.valid and j.winner in ("model_a", "model_b"):
@@ -264,7 +267,7 @@ def publish_rollouts(ctx: Context, k: int) -> None:
         next(iter(logs.values())).parent.rmdir()
 
 
-def model_card(ctx: Context, k: int, t: str, base: str, res, tc, adapter: bool) -> str:
+def model_card(ctx: Context, k: int, t: str, *, base: str, res, tc, adapter: bool) -> str:
     """A Hub model card for target ``t``'s version ``k``: YAML front matter (library, base model,
     tags), then its lineage: the run, the version it was trained from, the datasets (with their
     iterations under replay or pooling), the method and the figures of the training."""

@@ -171,8 +171,9 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
         cat = str(row.get("category") or row.get("cluster") or category)
         ref = row.get("reference", row.get("answer"))
         pid = str(row.get("question_id") or row.get("id") or stable_id("pool", key))
-        out.prompts.append(Prompt(stable_id("user", pid, key, *later), text, cat, level,
-                                  None if ref in (None, "") else str(ref), "train", encode(later)))
+        out.prompts.append(Prompt(id=stable_id("user", pid, key, *later), text=text, category=cat, level=level,
+                                  reference=None if ref in (None, "") else str(ref), split="train",
+                                  turns=encode(later)))
     return out
 
 
