@@ -281,6 +281,7 @@ def test_the_arena_export_writes_every_turn_and_rate_reads_it(tmp_path):
     from flywheel.face.battlelog import read_battle_columns
     from flywheel.face.exports import export_arena, write_rows
     from flywheel.ground.config_io import dump_config
+    from flywheel.ground.run_view import RunView
 
     store = RunStore(tmp_path / "run")
     store.config_path.parent.mkdir(parents=True)
@@ -289,7 +290,7 @@ def test_the_arena_export_writes_every_turn_and_rate_reads_it(tmp_path):
     store.append_battles(battles)
     store.append_judgments(VerifierJudge().judge(battles), 1, "train")
     out = tmp_path / "arena.jsonl"
-    assert export_arena(tmp_path / "run", out) == 2
+    assert export_arena(RunView.open(tmp_path / "run"), out) == 2
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert rows[0]["turn"] == 2 and rows[0]["conversation_a"] == [
         {"role": "user", "content": "17+25="}, {"role": "assistant", "content": "42"},

@@ -253,8 +253,9 @@ def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, polic
     assert sum(a["battles"] for a in arms) == 48 and abs(sum(a["share"] for a in arms) - 1) < 1e-3
     if auto:  # all even before any reward, then what the rewards' spread over the cells leaves
         from flywheel.face.queries import arms_report
+        from flywheel.ground.run_view import RunView
 
-        report = arms_report(tmp_path / policy, None)
+        report = arms_report(RunView.open(tmp_path / policy), None)
         assert report.floors[1] == {"student": 1.0} and set(report.floors) == {1, 2, 3, 4}
         assert all(0 <= f["student"] <= 1 for f in report.floors.values())
         assert "prompt floor (auto) per round: r1 student 1.00; r2 student " in report.header()
@@ -515,9 +516,10 @@ def test_data_push_dry_run_lists_the_commit_and_a_failed_push_is_one_line(finish
     import yaml
 
     from flywheel.face.hub import push_operations
+    from flywheel.ground.run_view import RunView
 
     root = finished_run.root
-    ops = push_operations(root)
+    ops = push_operations(RunView.open(root))
     paths = [op.path_in_repo for op in ops]
     assert paths[0] == "README.md" and "iter-0001/sft/data/train-00000-of-00001.parquet" in paths
     assert "iter-0002/dpo/README.md" in paths and "iter-0001/sft/manifest.json" in paths

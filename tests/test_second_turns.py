@@ -81,6 +81,7 @@ def test_a_tiny_two_turn_run_reports_turn_2_both_ways_per_model_with_intervals(t
     both from the run's files."""
     from benchmarks.conversations import main, paired_runs
     from flywheel.face.queries import TURNS_HEADING, result_text
+    from flywheel.ground.run_view import RunView
     from flywheel.stages.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from flywheel.stages.metrics import player_points
@@ -115,7 +116,7 @@ def test_a_tiny_two_turn_run_reports_turn_2_both_ways_per_model_with_intervals(t
             assert {pid: c[2]["content"] for pid, c in asked[m].items()} == {pid: t["text"] for pid, t in fixed.items()}
             assert {pid: c[2]["reference"] for pid, c in asked[m].items()} == {
                 pid: t["reference"] for pid, t in fixed.items()}
-    report = result_text(run).split(TURNS_HEADING)[1].strip("\n")
+    report = result_text(RunView.open(run)).split(TURNS_HEADING)[1].strip("\n")
     assert report.splitlines()[0].split() == ["model", "turn_1", "turn_2_own_answer", "turn_2_fixed"]
     line = next(x for x in report.splitlines() if x.startswith("pupil@1 "))
     ev = summary["iterations"][1]["eval"]["pupil@1"]["turn2"]

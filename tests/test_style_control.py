@@ -20,6 +20,7 @@ from flywheel.face.exports import export_arena
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import Battle, Judgment
+from flywheel.ground.run_view import RunView
 from flywheel.ground.store import RunStore
 from flywheel.ground.style import FEATURES, conv_metadata, style_of
 from flywheel.maths import style_bootstrap
@@ -284,7 +285,7 @@ def test_elo_style_control_and_the_export_agree(run_dir, tmp_path):
     tokens = out["style_coefficients"][0]
     assert tokens["coef"] > 0 and tokens["lower"] > 0  # the judge prefers the longer answer
     log = tmp_path / "arena.jsonl"
-    assert export_arena(run_dir, log, "eval") == 301
+    assert export_arena(RunView.open(run_dir), log, "eval") == 301
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     store = {b.battle_id: b for b in RunStore(run_dir).battles(None, "eval")}
     for r in rows:

@@ -14,7 +14,8 @@ from flywheel.arena.generation import CallsFailed
 from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
-from flywheel.face.cli_data import IN_USE, RUNTIME, USAGE, Format, damaged_file, data_app, fail, models_app, refuse_together
+from flywheel.face.cli_data import (IN_USE, RUNTIME, USAGE, Format, damaged_file, data_app, fail, models_app, open_run,
+                                    refuse_together)
 from flywheel.face.cli_rate import lc_board_cmd, rate_cmd, style_board_cmd
 from flywheel.face.cli_report import report_cmd
 from flywheel.face.queries import result_text
@@ -125,7 +126,7 @@ def run(
                                "config": str(store.config_path.resolve()),
                                "iterations": [e["iteration"] for e in summary.get("iterations", [])]}))
         return
-    typer.echo(result_text(run_dir))
+    typer.echo(result_text(open_run(run_dir)))
 
 
 # What --set may change on --resume: the run goes on with its own config.yaml otherwise.
@@ -263,9 +264,10 @@ def elo(
     """A run's eval leaderboard (latest by default)."""
     refuse_together(plot=plot, history=history, by=by, subset=subset, reference=reference, lc_baseline=lc_baseline,
                     style_control=style, judge=judge)
+    view = open_run(run_dir)
     if judge:
         try:
-            sections = queries.judge_sections(run_dir)
+            sections = queries.judge_sections(view)
         except queries.QueryError as e:
             fail(str(e))
         if format == "json":
@@ -276,12 +278,12 @@ def elo(
                                 for name, rows in sections.items()))
         return
     if lc_baseline is not None:
-        return lc_board_cmd(run_dir, lc_baseline, format)
+        return lc_board_cmd(view, lc_baseline, format)
     if style:
-        return style_board_cmd(run_dir, format)
+        return style_board_cmd(view, format)
 
     try:
-        last, rows = queries.latest_board(run_dir)
+        last, rows = queries.latest_board(view)
     except queries.QueryError as e:
         fail(str(e))
     if reference is not None:
@@ -294,19 +296,19 @@ def elo(
         return
     if plot is not None:
         try:
-            queries.plot(run_dir, plot)
+            queries.plot(view, plot)
         except RuntimeError as e:  # matplotlib is an extra
             fail(str(e), RUNTIME)
         typer.echo(f"wrote {plot}")
         return
     if history:
-        typer.echo(reports.render(queries.history_rows(run_dir), format, reports.HISTORY_COLUMNS))
+        typer.echo(reports.render(queries.history_rows(view), format, reports.HISTORY_COLUMNS))
         return
     if by is not None:
-        typer.echo(reports.render_sections(queries.category_boards(run_dir), format))
+        typer.echo(reports.render_sections(queries.category_boards(view), format))
         return
     if subset is not None:
-        boards = queries.subset_boards(run_dir, last)
+        boards = view.subset_boards(last)
         if subset == "all":
             typer.echo(reports.render_sections({**boards, "all": rows}, format, key="subset"))
             return
@@ -324,7 +326,7 @@ def arms(
 ) -> None:
     """Where the flywheel spent its battles: per prompt arm, its battles, share, pulls and value."""
     try:
-        report = queries.arms_report(run_dir, iteration)
+        report = queries.arms_report(open_run(run_dir), iteration)
     except queries.QueryError as e:
         fail(str(e))
     typer.echo(report.header(), err=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, NoReturn, Optional
 
 import typer
 
@@ -16,6 +16,7 @@ from flywheel.face.hub import PushError, push, push_operations
 from flywheel.ground import reports
 from flywheel.ground.atomic import DAMAGED_HINT, DamagedFileError, atomic_write_text
 from flywheel.ground.conversation import decode
+from flywheel.ground.run_view import NotARunError, RunView
 from flywheel.worlds.prompts import bad_rows_message, ingest
 from flywheel.worlds.realmodels import KNOWN, ModelSourceError, add_model, known_gguf
 
@@ -25,9 +26,17 @@ from flywheel.worlds.realmodels import KNOWN, ModelSourceError, add_model, known
 USAGE, RUNTIME, IN_USE = 2, 1, 75
 
 
-def fail(message: str, code: int = USAGE) -> None:
+def fail(message: str, code: int = USAGE) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def open_run(run_dir: Path) -> RunView:
+    """The run a command reads, opened once; a folder that holds no run is one error line (exit 2)."""
+    try:
+        return RunView.open(run_dir)
+    except NotARunError as e:
+        fail(str(e))
 
 
 # Options with a fixed set of values are Literal types: typer lists them in --help and refuses
@@ -53,10 +62,7 @@ def data_ls(
     format: Annotated[Format, typer.Option("--format", help="Output format.")] = "table",
 ) -> None:
     """Every dataset of a run, per iteration: SFT and DPO sets and the battle and judgment logs."""
-    try:
-        rows = run_datasets(run_dir)
-    except FileNotFoundError as e:
-        fail(str(e))
+    rows = run_datasets(open_run(run_dir))
     typer.echo(reports.render(rows, format, ("iteration", "dataset", "rows", "bytes", "path")))
 
 
@@ -102,11 +108,9 @@ def data_export(
 ) -> None:
     """Write a dataset, or a run's judged battles, in the layout another tool reads."""
     if format in ("arena", "arena-hard"):
+        view = open_run(path)
         target = out or path / "exports" / (f"arena-{phase}.jsonl" if format == "arena" else f"arena-hard-{phase}")
-        try:
-            n = (export_arena if format == "arena" else export_arena_hard)(path, target, phase)
-        except (FileNotFoundError, ValueError) as e:
-            fail(str(e))
+        n = (export_arena if format == "arena" else export_arena_hard)(view, target, phase)
         typer.echo(f"wrote {n} judged battles to {target}")
         return
     if phase != "all":
@@ -129,8 +133,9 @@ def data_push(
     """Publish a run's SFT, DPO and rollout datasets to the Hugging Face Hub (token: HF_TOKEN)."""
     if "/" not in repo.strip("/"):
         fail(f"--repo {repo!r}: expected ORG/NAME")
+    view = open_run(run_dir)
     try:
-        ops = push_operations(run_dir)
+        ops = push_operations(view)
     except PushError as e:
         fail(str(e))
     if dry_run:
@@ -143,7 +148,7 @@ def data_push(
                    err=True)
         return
     try:
-        url = push(run_dir, repo, private)
+        url = push(view, repo, private)
     except PushError as e:
         fail(str(e), RUNTIME)
     typer.echo(f"pushed {len(ops)} files to datasets/{repo}: {url}")

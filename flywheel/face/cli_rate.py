@@ -15,6 +15,7 @@ from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_battle_columns, read_reference
 from flywheel.face.cli_data import Format, fail, refuse_together
 from flywheel.ground import reports
+from flywheel.ground.run_view import RunView
 from flywheel.maths.leaderboard import RatingOptions, rate
 from flywheel.maths.length_control import COLUMNS as LC_COLUMNS
 from flywheel.maths.style_control import COEF_COLUMNS, StyleOptions, StyleReport, style_control
@@ -140,20 +141,20 @@ def print_style(report: StyleReport, format: str, cons: Optional[dict] = None) -
         typer.echo("\nconsistency with the reference: " + json.dumps(cons))
 
 
-def style_board_cmd(run_dir: Path, format: str) -> None:
+def style_board_cmd(view: RunView, format: str) -> None:
     """``flywheel elo RUN_DIR --style-control``: the run's eval leaderboard with style control."""
     try:
-        report = queries.style_board(run_dir)
+        report = queries.style_board(view)
     except (queries.QueryError, ValueError) as e:
         fail(str(e))
     print_style(report, format)
 
 
-def lc_board_cmd(run_dir: Path, baseline: str, format: str) -> None:
+def lc_board_cmd(view: RunView, baseline: str, format: str) -> None:
     """``flywheel elo RUN_DIR --lc-baseline MODEL``: print each model's battles against MODEL, win
     rate, length-controlled win rate with its interval, length coefficient, mean length difference."""
     try:
-        rows = queries.lc_board(run_dir, baseline)
+        rows = queries.lc_board(view, baseline)
     except queries.QueryError as e:
         fail(str(e))
     typer.echo(reports.render(rows, format, LC_COLUMNS))

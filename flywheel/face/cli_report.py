@@ -7,10 +7,9 @@ from typing import Annotated
 
 import typer
 
-from flywheel.face.cli_data import RUNTIME, fail
+from flywheel.face.cli_data import RUNTIME, fail, open_run
 from flywheel.face.report_page import write_report
 from flywheel.ground.config_io import ConfigError
-from flywheel.ground.store import RunStore
 
 
 def report_cmd(
@@ -20,14 +19,13 @@ def report_cmd(
     """One self-contained HTML page of a run, that opens offline: the leaderboard with its
     intervals, each target across iterations, results per category, the win matrix, where the
     battles went, what the judge did and the datasets made (plots embedded; needs matplotlib)."""
-    if not RunStore.is_run_dir(run_dir):
-        fail(f"{run_dir}: not a run directory (no config.yaml)")
+    view = open_run(run_dir)
     if not html.parent.is_dir():
         fail(f"--html {html}: folder {html.parent} does not exist")
     if html.is_dir():
         fail(f"--html {html}: is a folder; give a file name")
     try:
-        size = write_report(run_dir, html)
+        size = write_report(view, html)
     except ConfigError as e:
         fail(f"{run_dir}: {e}")
     except RuntimeError as e:  # matplotlib is an extra

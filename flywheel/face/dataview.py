@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from flywheel.ground.chat import TEXT_COLUMNS, as_text
 from flywheel.ground.dataset_files import dataset_rows, is_hf_dataset, parquet_rows
 from flywheel.ground.row_files import BadRow, read_row_file
-from flywheel.ground.store import RunStore
+from flywheel.ground.run_view import RunView
 from flywheel.learning.curation import load_dataset_dir
 
 EXPORT_FORMATS = ("jsonl", "parquet", "sharegpt", "alpaca", "messages")
@@ -28,33 +28,29 @@ def dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
 
 
-def run_datasets(run_dir: Path) -> list[dict[str, Any]]:
+def run_datasets(view: RunView) -> list[dict[str, Any]]:
     """One row per dataset of a run: iteration, kind, rows, bytes, path (the logs included)."""
-    if not RunStore.is_run_dir(run_dir):
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
-
-    store = RunStore(run_dir)
     rows = []
-    for k, kind, d in store.datasets():
+    for k, kind, d in view.datasets():
         if is_hf_dataset(d):
             rows.append({"iteration": k, "dataset": kind, "rows": count_rows(d),
-                         "bytes": dir_size(d), "path": str(d.relative_to(run_dir))})
+                         "bytes": dir_size(d), "path": str(d.relative_to(view.root))})
     for log in ("battles", "judgments"):
-        for k, shards in store.log_shards(log).items():
+        for k, shards in view.log_shards(log).items():
             rows.append({"iteration": k, "dataset": log, "rows": sum(parquet_rows(p) for p in shards),
-                         "bytes": sum(p.stat().st_size for p in shards), "path": store.log_glob(log, k)})
+                         "bytes": sum(p.stat().st_size for p in shards), "path": view.log_glob(log, k)})
     return sorted(rows, key=lambda r: (r["iteration"], r["dataset"]))
 
 
-def rows_by_target(run_dir: Path) -> list[dict[str, Any]]:
+def rows_by_target(view: RunView) -> list[dict[str, Any]]:
     """The curated datasets' rows per iteration, kind (sft, dpo, rollouts) and target, read from
     their files' ``target`` column alone (``-`` for a dataset without one)."""
     rows = []
-    for k, kind, d in RunStore(run_dir).datasets():
+    for k, kind, d in view.datasets():
         files = sorted((d / "data").glob("*.parquet"))
         if not files:
             if is_hf_dataset(d):  # the older save_to_disk layout
-                rows.append({"iteration": k, "dataset": kind, "target": "-", "rows": count_rows(d)})
+                rows.append({"iteration": k, "dataset": kind, "target": "-", "rows": dataset_rows(d)})
             continue
         counts: Counter[str] = Counter()
         for f in files:
@@ -100,15 +96,6 @@ def _lengths(values: list[str]) -> dict[str, float]:
     return {"min": min(lens), "mean": round(statistics.fmean(lens), 2), "median": statistics.median(lens), "max": max(lens)}
 
 
-def _run_store(path: Path) -> RunStore | None:
-    """The run that ``path`` lies in (a folder with its config.yaml and a judgments log), if any."""
-    for parent in [path, *path.parents]:
-        store = RunStore(parent)
-        if store.config_path.is_file() and store.log_dir("judgments").is_dir():
-            return store
-    return None
-
-
 def stats(path: Path) -> dict[str, Any]:
     """Rows, text lengths per column, counts by category and source, and judge margins (for a
     run's dataset, from the judgments of the battles its rows came from)."""
@@ -126,9 +113,9 @@ def stats(path: Path) -> dict[str, Any]:
             out[key] = dict(sorted(Counter(str(r[col]) for r in rows).items()))
     if "margin" in rows[0]:  # a judgments log carries its margins
         out["judge_margins"] = _margins([r["margin"] for r in rows if r.get("winner") is not None])
-    elif (store := _run_store(path)) is not None and "battle_id" in rows[0]:
+    elif (run := RunView.around(path)) is not None and "battle_id" in rows[0]:
         ids = {r["battle_id"] for r in rows}
-        margins = [r["margin"] for f in store.log_files("judgments")
+        margins = [r["margin"] for f in run.log_files("judgments")
                    for r in pq.read_table(f, columns=["battle_id", "margin", "winner"]).to_pylist()
                    if r["battle_id"] in ids and r["winner"] is not None]
         if margins:

@@ -27,25 +27,19 @@ from typing import Any
 
 from flywheel.ground.conversation import decode, plain
 from flywheel.ground.records import JudgedBattle, stable_id
-from flywheel.ground.store import RunStore
+from flywheel.ground.run_view import RunView
 from flywheel.ground.style import conv_metadata
 
 PHASES = ("train", "eval", "all")
 
 
-def judged_with_times(run_dir: Path, phase: str = "all") -> list[tuple[JudgedBattle, float]]:
-    """Every judged battle of the run (``RunStore.judged``: valid verdicts, battles that did not
+def judged_with_times(view: RunView, phase: str = "all") -> list[tuple[JudgedBattle, float]]:
+    """Every judged battle of the run (``RunView.judged``: valid verdicts, battles that did not
     fail), in log order, with the time its verdict was written (its judgment shard's mtime)."""
-    import pyarrow.parquet as pq
-
-    if not RunStore.is_run_dir(run_dir):
-        raise FileNotFoundError(f"{run_dir} is not a run directory (no config.yaml)")
     if phase not in PHASES:
         raise ValueError(f"phase {phase!r}: expected one of {', '.join(PHASES)}")
-    store = RunStore(run_dir)
-    when = {bid: path.stat().st_mtime for shards in store.log_shards("judgments").values() for path in shards
-            for bid in pq.read_table(path, columns=["battle_id"]).column("battle_id").to_pylist()}
-    return [(jb, when[jb.battle.battle_id]) for jb in store.judged(None, None if phase == "all" else phase)]
+    when = view.verdict_times()
+    return [(jb, when[jb.battle.battle_id]) for jb in view.judged(None if phase == "all" else phase)]
 
 
 def _turns(prompt: str, answer: str, conversation: str = "") -> list[dict[str, str]]:
@@ -61,9 +55,9 @@ def _answers(turns: list[dict[str, str]]) -> str:
     return "\n\n".join(t["content"] for t in turns if t["role"] == "assistant")
 
 
-def arena_rows(run_dir: Path, phase: str = "all") -> list[dict[str, Any]]:
+def arena_rows(view: RunView, phase: str = "all") -> list[dict[str, Any]]:
     rows = []
-    for jb, when in judged_with_times(run_dir, phase):
+    for jb, when in judged_with_times(view, phase):
         b, j = jb.battle, jb.judgment
         ca, cb = _turns(b.prompt, b.response_a, b.conversation_a), _turns(b.prompt, b.response_b, b.conversation_b)
         rows.append({"model_a": b.model_a, "model_b": b.model_b, "winner": j.winner, "judge": j.judge,
@@ -90,15 +84,15 @@ def write_rows(rows: list[dict[str, Any]], out: Path) -> None:
     tmp.replace(out)
 
 
-def export_arena(run_dir: Path, out: Path, phase: str = "all") -> int:
-    rows = arena_rows(run_dir, phase)
+def export_arena(view: RunView, out: Path, phase: str = "all") -> int:
+    rows = arena_rows(view, phase)
     write_rows(rows, out)
     return len(rows)
 
 
-def export_arena_hard(run_dir: Path, out: Path, phase: str = "all") -> int:
+def export_arena_hard(view: RunView, out: Path, phase: str = "all") -> int:
     """arena-hard-auto's folders under ``out``; returns the judgments written."""
-    judged = judged_with_times(run_dir, phase)
+    judged = judged_with_times(view, phase)
     questions: dict[str, dict[str, Any]] = {}
     answers: dict[str, dict[str, dict[str, Any]]] = {}
     judgments: dict[tuple[str, str], list[dict[str, Any]]] = {}

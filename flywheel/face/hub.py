@@ -14,25 +14,23 @@ from pathlib import Path
 
 from flywheel.face.dataview import count_rows
 from flywheel.ground.cards import hub_card, parquet_config
-from flywheel.ground.store import RunStore
+from flywheel.ground.run_view import RunView
 
 
 class PushError(RuntimeError):
     """The run cannot be pushed as it is, or the Hub refused it."""
 
 
-def dataset_folders(run_dir: Path) -> list[tuple[int, str, Path]]:
+def dataset_folders(view: RunView) -> list[tuple[int, str, Path]]:
     """(iteration, kind, folder) of every curated dataset of the run, in the Parquet layout."""
-    if not RunStore.is_run_dir(run_dir):
-        raise PushError(f"{run_dir} is not a run directory (no config.yaml)")
     found = []
-    for k, kind, folder in RunStore(run_dir).datasets():
+    for k, kind, folder in view.datasets():
         if (folder / "state.json").is_file():
             raise PushError(f"{folder}: written before datasets were Parquet; export it first "
                             f"(flywheel data export {folder} --format parquet)")
         found.append((k, kind, folder))
     if not found:
-        raise PushError(f"{run_dir}: no datasets to push yet")
+        raise PushError(f"{view.root}: no datasets to push yet")
     return found
 
 
@@ -48,29 +46,28 @@ def root_card(run_dir: Path, folders: list[tuple[int, str, Path]]) -> str:
                     tags=["trl", "sft", "dpo", "arena-learning", "flywheel"], configs=configs or None)
 
 
-def push_operations(run_dir: Path) -> list:
+def push_operations(view: RunView) -> list:
     """The Hub commit that publishes the run's datasets: ``CommitOperationAdd`` for every file."""
     from huggingface_hub import CommitOperationAdd
 
-    run_dir = Path(run_dir)
-    folders = dataset_folders(run_dir)
-    ops = [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=root_card(run_dir, folders).encode())]
+    folders = dataset_folders(view)
+    ops = [CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=root_card(view.root, folders).encode())]
     for _, _, folder in folders:
         for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-            ops.append(CommitOperationAdd(path_in_repo=str(f.relative_to(run_dir)), path_or_fileobj=str(f)))
+            ops.append(CommitOperationAdd(path_in_repo=str(f.relative_to(view.root)), path_or_fileobj=str(f)))
     return ops
 
 
-def push(run_dir: Path, repo: str, private: bool = False) -> str:
+def push(view: RunView, repo: str, private: bool = False) -> str:
     """Create (or reuse) the dataset repository and commit the run's datasets; the commit's URL."""
     from huggingface_hub import HfApi
 
-    ops = push_operations(run_dir)
+    ops = push_operations(view)
     api = HfApi()
     try:
         api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
         info = api.create_commit(repo_id=repo, repo_type="dataset", operations=ops,
-                                 commit_message=f"flywheel run {Path(run_dir).name}: {len(ops) - 1} files")
+                                 commit_message=f"flywheel run {view.root.name}: {len(ops) - 1} files")
     except Exception as e:  # network, authentication, offline mode: one line, the token never shown
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PushError(f"push to {repo} failed: {type(e).__name__}: {first}") from None

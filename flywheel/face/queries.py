@@ -1,7 +1,7 @@
-"""Read-only queries over a run directory, as the CLI prints them: leaderboards (latest, history,
-subsets, categories, style-controlled), length-controlled win rates, where the battles went, plots
-and the end-of-run report. Nothing here
-writes into the run."""
+"""Read-only queries over a run, as the CLI prints them: leaderboards (latest, history, subsets,
+categories, style-controlled), length-controlled win rates, where the battles went, plots and the
+end-of-run report. Each takes the command's ``RunView`` (``flywheel/ground/run_view.py``), opened
+once; nothing here writes into the run."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from typing import Any
 
 from flywheel.face.plots import plot_run
 from flywheel.ground import reports
-from flywheel.ground.atomic import read_json
-from flywheel.ground.config_io import load_config
-from flywheel.ground.store import RunStore, iter_name
+from flywheel.ground.run_view import RunView
 from flywheel.ground.style import style_of
 from flywheel.maths.leaderboard import category_boards as boards
 from flywheel.maths.leaderboard import RatingOptions, columns, rate
@@ -25,64 +23,51 @@ class QueryError(ValueError):
     """The run directory does not have what the query asks for."""
 
 
-def latest_board(run_dir: Path) -> tuple[int, list[dict[str, Any]]]:
+def latest_board(view: RunView) -> tuple[int, list[dict[str, Any]]]:
     """The newest iteration's eval leaderboard rows."""
-    store = RunStore(run_dir)
-    done = store.leaderboard_iterations()
+    done = view.leaderboard_iterations()
     if not done:
-        raise QueryError(f"{run_dir}: no ratings yet (is it a run directory?)")
-    return done[-1], read_json(store.ratings_path(f"{iter_name(done[-1])}.json"))
+        raise QueryError(f"{view.root}: no ratings yet (no iteration has been rated)")
+    return done[-1], view.board(done[-1])
 
 
-def history_rows(run_dir: Path) -> list[dict[str, Any]]:
+def history_rows(view: RunView) -> list[dict[str, Any]]:
     """Every model version's Elo per iteration."""
-    hist = read_json(RunStore(run_dir).ratings_path("history.json"), {})
+    hist = view.history
     return [{"iteration": int(k), **r} for k in sorted(hist, key=int) for r in hist[k]]
 
 
-def subset_boards(run_dir: Path, k: int) -> dict[str, list[dict[str, Any]]]:
-    """Iteration ``k``'s leaderboards on the eval subsets (diverse, hard, mix)."""
-    return read_json(RunStore(run_dir).ratings_path(f"{iter_name(k)}-subsets.json"), {})
-
-
-def category_boards(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def category_boards(view: RunView) -> dict[str, list[dict[str, Any]]]:
     """Eval leaderboards per task category, over all of a run's eval battles."""
-    store = RunStore(run_dir)
-    cfg = load_config(store.config_path)
-    return boards(store.judged(None, "eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
+    cfg = view.config
+    return boards(view.judged("eval"), cfg.rating, cfg.evaluate.bootstrap_seed)
 
 
-def lc_board(run_dir: Path, baseline: str) -> list[dict[str, Any]]:
+def lc_board(view: RunView, baseline: str) -> list[dict[str, Any]]:
     """Each model's length-controlled win rate against ``baseline`` over the run's eval battles
     (AlpacaEval's; ``flywheel/maths/length_control.py``), with the run's bootstrap settings."""
-    store = RunStore(run_dir)
-    if not RunStore.is_run_dir(run_dir):
-        raise QueryError(f"{run_dir}: not a run directory (no config.yaml)")
-    played = sorted({m for b in store.battles(None, "eval") for m in (b.model_a, b.model_b)})
+    played = sorted({m for b in view.battles("eval") for m in (b.model_a, b.model_b)})
     if baseline not in played:
         raise QueryError(f"--lc-baseline {baseline!r} is not in the run's eval battles; "
                          f"{'its models: ' + ', '.join(played) if played else 'it has none'}")
-    judged = store.judged(None, "eval")
-    cfg = load_config(store.config_path)
-    rows = lc_rows(judged, baseline, LCOptions(cfg.rating.bootstrap_rounds, cfg.rating.ci, cfg.evaluate.bootstrap_seed))
+    cfg = view.config
+    rows = lc_rows(view.judged("eval"), baseline,
+                   LCOptions(cfg.rating.bootstrap_rounds, cfg.rating.ci, cfg.evaluate.bootstrap_seed))
     if not rows:
         raise QueryError(f"--lc-baseline {baseline!r} has no judged eval battles against another model")
     return rows
 
 
-def style_board(run_dir: Path) -> StyleReport:
+def style_board(view: RunView) -> StyleReport:
     """The style-controlled leaderboard of the run's eval battles (Chatbot Arena's style control:
     ``flywheel/maths/style_control.py``), each answer's style measured from its text, with the
     run's ``rating:`` settings and bootstrap seed. A battle of a version against itself is left out."""
     import numpy as np
 
-    if not RunStore.is_run_dir(run_dir):
-        raise QueryError(f"{run_dir}: not a run directory (no config.yaml)")
-    store = RunStore(run_dir)
-    judged = [j for j in store.judged(None, "eval") if j.battle.model_a != j.battle.model_b]
+    judged = [j for j in view.judged("eval") if j.battle.model_a != j.battle.model_b]
     if not judged:
-        raise QueryError(f"{run_dir}: no judged eval battles between two models yet")
-    cfg = load_config(store.config_path)
+        raise QueryError(f"{view.root}: no judged eval battles between two models yet")
+    cfg = view.config
     r = cfg.rating
     style = [np.array([style_of(getattr(j.battle, f"response_{s}")).vector() for j in judged]) for s in ("a", "b")]
     options = StyleOptions(r.bootstrap_rounds, r.ci, cfg.evaluate.bootstrap_seed, r.scale, r.base, r.init)
@@ -108,18 +93,17 @@ class ArmsReport:
         return text
 
 
-def arms_report(run_dir: Path, iteration: int | None) -> ArmsReport:
+def arms_report(view: RunView, iteration: int | None) -> ArmsReport:
     """The bandit record of an iteration (default: the latest) from summary.json and the select stages."""
-    store = RunStore(run_dir)
-    entries = [e for e in (read_json(store.summary_path) or {}).get("iterations", []) if e.get("bandit")]
+    entries = [e for e in view.summary.get("iterations", []) if e.get("bandit")]
     if iteration is not None:
         entries = [e for e in entries if e["iteration"] == iteration]
     if not entries:
-        raise QueryError(f"{run_dir}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
+        raise QueryError(f"{view.root}: no bandit record{'' if iteration is None else f' for iteration {iteration}'}")
     e = entries[-1]
     k = e["iteration"]
-    rounds = load_config(store.config_path).select.rounds
-    selects = {r: store.stage_json(k, f"select-r{r}") or {} for r in range(1, rounds + 1)}
+    rounds = view.config.select.rounds
+    selects = {r: view.stage(k, f"select-r{r}") or {} for r in range(1, rounds + 1)}
     return ArmsReport(k, selects[1].get("policy", "?"),
                       {t: sorted(rows, key=lambda r: -r["share"]) for t, rows in e["bandit"].items()},
                       {r: d["floors"] for r, d in selects.items() if d.get("floors")})
@@ -135,26 +119,24 @@ class WinMatrix:
     battles: list[list[int]]
 
 
-def win_matrix(run_dir: Path) -> WinMatrix:
+def win_matrix(view: RunView) -> WinMatrix:
     """The eval win-rate and battle-count matrices (no models: no eval battles judged yet)."""
-    rep = rate(*columns(RunStore(run_dir).judged(None, "eval")), RatingOptions(rounds=0))
+    rep = rate(*columns(view.judged("eval")), RatingOptions(rounds=0))
     return WinMatrix(rep.models, rep.win_rate, rep.battle_counts)
 
 
-def plot(run_dir: Path, out: Path) -> None:
+def plot(view: RunView, out: Path) -> None:
     """A PNG: Elo history with CI bands, and the eval win-rate heatmap."""
-    store = RunStore(run_dir)
-    summary = read_json(store.summary_path, {})
-    m = win_matrix(run_dir)
-    plot_run(read_json(store.ratings_path("history.json"), {}), summary.get("targets", []), m.models, m.win_rate, out)
+    m = win_matrix(view)
+    plot_run(view.history, view.summary.get("targets", []), m.models, m.win_rate, out)
 
 
-def judge_sections(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+def judge_sections(view: RunView) -> dict[str, list[dict[str, Any]]]:
     """A run's judge section (``flywheel elo --judge``): the judge's diagnostics per iteration and,
     for a cascade, its tiers per iteration."""
-    summary = read_json(RunStore(run_dir).summary_path, {})
+    summary = view.summary
     if not summary.get("iterations"):
-        raise QueryError(f"{run_dir}: no finished iteration yet (summary.json)")
+        raise QueryError(f"{view.root}: no finished iteration yet (summary.json)")
     out = {"diagnostics": reports.judge_rows(summary)}
     if cascade := reports.cascade_rows(summary):
         out["cascade"] = cascade
@@ -166,14 +148,13 @@ TURNS_HEADING = ("\nEval accuracy by turn of the conversations (turn_2_own_answe
                  "and reference for every model; 95% intervals):\n")
 
 
-def result_text(run_dir: Path) -> str:
+def result_text(view: RunView) -> str:
     """What ``flywheel run`` prints at the end: leaderboard, progress, categories, allocation,
     judge diagnostics and usage."""
-    store = RunStore(run_dir)
-    summary = read_json(store.summary_path, {})
+    summary = view.summary
     last = summary["iterations"][-1]["iteration"]
-    rows = read_json(store.ratings_path(f"{iter_name(last)}.json"), [])
-    parts = [f"\nrun directory: {run_dir}",
+    rows = view.board(last)
+    parts = [f"\nrun directory: {view.root}",
              f"\nEval leaderboard after iteration {last} (Bradley-Terry Elo, 95% CI):\n",
              reports.text_table(rows, reports.columns_for(rows)),
              "\nTarget progress on the held-out eval split:\n", reports.progress_table(summary),

@@ -1,20 +1,17 @@
-"""What the report page shows, gathered from a run directory through the store and the queries
-the other commands use (``flywheel elo``, ``arms``, ``data ls``): one typed record, no HTML."""
+"""What the report page shows, gathered from a run's ``RunView`` through the queries the other
+commands use (``flywheel elo``, ``arms``, ``data ls``): one typed record, no HTML."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from flywheel.face import queries
 from flywheel.face.dataview import rows_by_target
 from flywheel.ground import reports
-from flywheel.ground.atomic import read_json
-from flywheel.ground.config_io import load_config
 from flywheel.ground.records import WINNERS, PlayerVersion, base_name
-from flywheel.ground.store import RunStore
+from flywheel.ground.run_view import RunView
 
 
 @dataclass(frozen=True)
@@ -56,37 +53,36 @@ class ReportData:
     datasets: list[dict[str, Any]]  # iteration, dataset, target, rows
 
 
-def gather(run_dir: Path) -> ReportData:
-    """The page's figures for ``run_dir`` (a run directory: ``RunStore.is_run_dir``)."""
-    store = RunStore(run_dir)
-    summary = read_json(store.summary_path, {}) or {}
+def gather(view: RunView) -> ReportData:
+    """The page's figures for the run ``view`` reads."""
+    summary = view.summary
     entries = summary.get("iterations", [])
     try:
-        last, board = queries.latest_board(run_dir)
+        last, board = queries.latest_board(view)
     except queries.QueryError:
         last, board = None, []
-    categories, names, measure = _categories(run_dir, summary)
+    categories, names, measure = _categories(view)
     try:
-        arms: queries.ArmsReport | None = queries.arms_report(run_dir, None)
+        arms: queries.ArmsReport | None = queries.arms_report(view, None)
     except queries.QueryError:
         arms = None
     return ReportData(
-        header=_header(store, summary), leaderboard=board, leaderboard_iteration=last,
+        header=_header(view), leaderboard=board, leaderboard_iteration=last,
         progress=progress_points(summary), references=(entries[-1].get("opponents_eval", {}) if entries else {}),
         categories=categories, category_names=names, category_measure=measure, games=reports.games_rows(summary),
-        matrix=queries.win_matrix(run_dir), arms=arms, opponents=opponent_shares(store, [e["iteration"] for e in entries]),
-        judge=reports.judge_rows(summary), cascade=reports.cascade_rows(summary), verdicts=verdict_counts(store, sorted(store.log_shards("judgments"))),
-        judge_usage=judge_usage(summary), datasets=rows_by_target(run_dir))
+        matrix=queries.win_matrix(view), arms=arms, opponents=opponent_shares(view, [e["iteration"] for e in entries]),
+        judge=reports.judge_rows(summary), cascade=reports.cascade_rows(summary),
+        verdicts=verdict_counts(view, sorted(view.log_shards("judgments"))),
+        judge_usage=judge_usage(summary), datasets=rows_by_target(view))
 
 
-def _header(store: RunStore, summary: dict[str, Any]) -> Header:
-    cfg = load_config(store.config_path)
-    manifest = read_json(store.manifest_path, {}) or {}
+def _header(view: RunView) -> Header:
+    cfg, summary = view.config, view.summary
     entries = summary.get("iterations", [])
-    return Header(run=summary.get("run_id") or cfg.run.name or store.root.name, world=cfg.world.kind,
+    return Header(run=summary.get("run_id") or cfg.run.name or view.root.name, world=cfg.world.kind,
                   targets=[p.name for p in cfg.targets], opponents=[p.name for p in cfg.opponents],
                   judge=cfg.judge.kind, policy=cfg.select.policy, iterations=cfg.run.iterations,
-                  done=[e["iteration"] for e in entries], created=manifest.get("created"),
+                  done=[e["iteration"] for e in entries], created=view.manifest.get("created"),
                   wall_s=round(sum(e.get("wall_s", 0.0) for e in entries), 1))
 
 
@@ -104,26 +100,26 @@ def progress_points(summary: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _categories(run_dir: Path, summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str], str]:
+def _categories(view: RunView) -> tuple[list[dict[str, Any]], list[str], str]:
     """Eval accuracy per category (every target version, every opponent) where the run measured
     it; else each model's eval win rate per category from the per-category leaderboards."""
-    rows, cats = reports.category_rows(summary)
+    rows, cats = reports.category_rows(view.summary)
     if cats:
         return rows, cats, "eval accuracy"
-    boards = queries.category_boards(run_dir)
+    boards = queries.category_boards(view)
     models = sorted({r["model"] for board in boards.values() for r in board})
     by = {(c, r["model"]): r["win_rate"] for c, board in boards.items() for r in board}
     table = [{"model": m, **{c: by[(c, m)] for c in boards if (c, m) in by}} for m in models]
     return table, sorted(boards), "eval win rate (ties count half)"
 
 
-def opponent_shares(store: RunStore, iterations: list[int]) -> list[dict[str, Any]]:
+def opponent_shares(view: RunView, iterations: list[int]) -> list[dict[str, Any]]:
     """Per iteration and target, how many of the planned train battles went to each opponent
     (the other seat: an opponent, or an earlier version in self-play), and their share."""
     rows = []
     for k in iterations:
         counts: dict[str, Counter[str]] = {}
-        for s in store.plan(k) or []:
+        for s in view.plan(k) or []:
             seats = sorted((s.model_a, s.model_b), key=lambda m: -1 if PlayerVersion.parse(m).k is None
                            else PlayerVersion.parse(m).k)  # the newest target version plays; the other seat is met
             counts.setdefault(base_name(seats[1]), Counter())[seats[0]] += 1
@@ -134,13 +130,13 @@ def opponent_shares(store: RunStore, iterations: list[int]) -> list[dict[str, An
     return rows
 
 
-def verdict_counts(store: RunStore, iterations: list[int]) -> list[dict[str, Any]]:
+def verdict_counts(view: RunView, iterations: list[int]) -> list[dict[str, Any]]:
     """Per iteration and phase, the judgments by verdict, the invalid ones, and those whose two
     orders disagreed (``flipped``, where both orders were judged)."""
     rows = []
     for k in iterations:
         for phase in ("train", "eval"):
-            found = store.judgments(k, phase).values()
+            found = view.judgments(k, phase).values()
             if not found:
                 continue
             by = Counter(j.winner for j in found)

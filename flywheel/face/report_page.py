@@ -17,6 +17,7 @@ from flywheel.face import report_plots as plots
 from flywheel.face.report_data import ReportData, gather
 from flywheel.ground import reports
 from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.run_view import RunView
 
 # id -> heading, in page order
 SECTIONS = {
@@ -46,9 +47,9 @@ h3{margin:18px 0 4px;font-size:1.02em}
 """
 
 
-def write_report(run_dir: Path, out: Path) -> int:
-    """Write ``run_dir``'s report page to ``out`` (atomically); returns its size in bytes."""
-    page = render(gather(run_dir))
+def write_report(view: RunView, out: Path) -> int:
+    """Write the run's report page to ``out`` (atomically); returns its size in bytes."""
+    page = render(gather(view))
     atomic_write_text(out, page)
     return len(page.encode("utf-8"))
 

@@ -21,7 +21,8 @@ Layout (see data/README.md)::
 A shard is written to a temporary name and renamed, so it is either whole or absent. Stages
 skip records whose ids are already on disk, so a killed run resumes with nothing lost and
 nothing counted twice. The store's neighbours: ``atomic`` (atomic writes, damaged files),
-``checkpoints`` (model checkpoints) and ``cache`` (the SQLite caches).
+``checkpoints`` (model checkpoints), ``cache`` (the SQLite caches) and ``run_view`` (a run read,
+as the commands that read one ask for it).
 """
 
 from __future__ import annotations
