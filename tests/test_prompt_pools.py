@@ -116,7 +116,7 @@ def test_ingest_command_reports_and_writes_a_pool(tmp_path, cli_env):
     p = subprocess.run(cmd + ["--skip-bad"], capture_output=True, text=True, env=cli_env, timeout=120)
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout.splitlines()[0])
-    assert report == {"prompts": 2, "duplicates": 1, "bad_rows": 1, "categories": {"c": 1, "user": 1}}
+    assert report == {"prompts": 2, "duplicates": 1, "bad_rows": 1, "categories": {"c": 1, "user": 1}, "votes": 0}
     rows = [json.loads(x) for x in (tmp_path / "pool.jsonl").read_text().splitlines()]
     assert [r["prompt"] for r in rows] == ["x", "y"]
     assert [p.text for p in ingest(tmp_path / "pool.jsonl").prompts] == ["x", "y"]  # the pool reads back

@@ -5,6 +5,8 @@ bytes never raise anything but the documented error.
   all, else every row is either a battle or a bad row with its place;
 - prompt files (``flywheel data ingest``, prompt pools): ``ValueError`` naming the file, else
   every row is a prompt, a duplicate or a bad row with its place;
+- logs of human votes (``flywheel judge-agreement``): ``VoteLogError`` naming the file, else every
+  row is a vote (a battle to judge) or a bad row with its place;
 - judge outputs: ``parse_verdict`` returns a verdict or None, never raises.
 """
 
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from flywheel.face.battlelog import BattleLogError, read_battles
 from flywheel.maths.ratings import OUTCOME
 from flywheel.worlds.prompts import ingest
+from flywheel.worlds.votes import VoteLogError, read_votes
 from judges.llm import parse_verdict
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +43,18 @@ prompt_rows = st.fixed_dictionaries({}, optional={
                                                      "value": st.text(max_size=8) | values}), max_size=2) | values,
     "turns": st.lists(st.fixed_dictionaries({"content": values}), max_size=2) | values,
     "level": st.integers() | st.floats() | st.sampled_from(["3", " 2", "x", "1.5"]) | values, "reference": values, "category": values, "question_id": values})
-rows = st.one_of(battle_rows, prompt_rows, st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), values,
+turns = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system"]) | values,
+                                        "content": st.sampled_from(["hi", "ho"]) | values}), max_size=4)
+answered = st.builds(lambda a: [{"role": "user", "content": "hi"}, {"role": "assistant", "content": a}],
+                     st.sampled_from(["yes", "no", " "]))
+vote_rows = st.fixed_dictionaries({"model_a": names | values, "model_b": names | values,
+                                   "winner": st.sampled_from(list(OUTCOME)) | values,
+                                   "conversation_a": turns | values, "conversation_b": turns | values},
+                                  optional={"category": values, "question_id": values})
+good_votes = st.fixed_dictionaries({"model_a": st.sampled_from(["gpt", "claude"]), "model_b": st.just("llama"),
+                                    "winner": st.sampled_from(list(OUTCOME)), "conversation_a": answered,
+                                    "conversation_b": answered}, optional={"category": values})
+rows = st.one_of(battle_rows, prompt_rows, vote_rows, good_votes, st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=4), values,
                                                            max_size=6), values)
 
 
@@ -147,6 +161,26 @@ def test_prompt_ingester_on_random_rows(suffix, items, layout):
         assert len(got.prompts) + got.duplicates + len(got.bad) == len(items)
     assert all(p.text.strip() and isinstance(p.level, int) for p in got.prompts)
     assert all(where.startswith(path.name) and why for where, why in got.bad)
+
+
+@SETTINGS
+@given(st.sampled_from([".jsonl", ".json", ".csv"]), st.lists(rows, min_size=1, max_size=8))
+@example(".json", [{"model_a": "gpt", "model_b": "llama", "winner": "tie", "conversation_a": [
+    {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"}], "conversation_b": json.dumps([
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "no"}])}])
+def test_vote_reader_on_random_rows(suffix, items):
+    path = _file(suffix, _as_bytes(suffix, items))
+    try:
+        votes, bad = read_votes(path)
+    except VoteLogError as e:
+        assert path.name in str(e)
+        return
+    if suffix != ".csv":
+        assert len(votes) + len(bad) == len(items)
+    assert all(b.where.startswith(path.name) and b.reason for b in bad)
+    for v in votes:
+        battle = v.battle()
+        assert v.winner in OUTCOME and battle.prompt and battle.response_a and battle.response_b
 
 
 verdict_bits = st.sampled_from(["[[A>B]]", "[[B>>A]]", "[[A=B]]", "[[A>A]]", "[[3, 7]]", "[[11, 2]]", "[[",

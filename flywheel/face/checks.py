@@ -267,20 +267,18 @@ def runner_problems(cfg: FlywheelConfig) -> list[str]:
     return []
 
 
-def problems(cfg: FlywheelConfig) -> list[str]:
-    """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
-    out = directory_problems(cfg) + runner_problems(cfg)
-    built = frozenset(Path(cfg.world.models_dir).resolve() / m.name for m in cfg.world.models)
-    out += [line for where, pc in players(cfg) for line in player_problems(where, pc, built)]
-
-    rl = cfg.train.rl if uses_rl(cfg) else None
+def judge_functions(cfg: FlywheelConfig) -> dict[str, str | None]:
+    """field -> the ``module:name`` of each function or class the judge loads (None: none there)."""
     functions = {"judge.custom": cfg.judge.custom if cfg.judge.kind == "custom" else None,
-                 "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None,
-                 "train.rl.reward": rl.reward if rl and rl.reward not in ("verifier", "judge", "reward_model") else None}
+                 "judge.verifier.function": cfg.judge.verifier.function if cfg.judge.verifier.match == "callable" else None}
     if cfg.judge.kind == "cascade":
         functions |= {f"judge.cascade.tiers.{i}.custom": t.custom for i, t in enumerate(cfg.judge.cascade.tiers)}
-    out += template_problems(cfg)
-    out += reward_model_problems(cfg)
+    return functions
+
+
+def function_problems(functions: dict[str, str | None]) -> list[str]:
+    """Each named function loads (a reward function also takes a reward's arguments)."""
+    out = []
     for field, spec in functions.items():
         if spec:
             try:
@@ -290,6 +288,30 @@ def problems(cfg: FlywheelConfig) -> list[str]:
                 continue
             if field == "train.rl.reward" and (why := cannot_score(fn)):
                 out.append(f"{field}: {spec} {why}")
+    return out
+
+
+def judge_problems(cfg: FlywheelConfig) -> list[str]:
+    """The judge's own problems (its models, template, functions, reward model), for a command that
+    runs the judge alone (``flywheel judge-agreement``)."""
+    out = [line for where, pc in players(cfg) if where.startswith("judge.") for line in player_problems(where, pc)]
+    out += template_problems(cfg)
+    out += [line for line in reward_model_problems(cfg) if line.startswith("judge.")]
+    return out + function_problems(judge_functions(cfg))
+
+
+def problems(cfg: FlywheelConfig) -> list[str]:
+    """Every problem of ``cfg`` found without running anything; empty when it is ready to run."""
+    out = directory_problems(cfg) + runner_problems(cfg)
+    built = frozenset(Path(cfg.world.models_dir).resolve() / m.name for m in cfg.world.models)
+    out += [line for where, pc in players(cfg) for line in player_problems(where, pc, built)]
+
+    rl = cfg.train.rl if uses_rl(cfg) else None
+    functions = judge_functions(cfg)
+    functions["train.rl.reward"] = rl.reward if rl and rl.reward not in ("verifier", "judge", "reward_model") else None
+    out += template_problems(cfg)
+    out += reward_model_problems(cfg)
+    out += function_problems(functions)
     out += reward_source_problems(cfg)
     if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)

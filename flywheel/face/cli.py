@@ -14,6 +14,7 @@ from flywheel.arena.generation import CallsFailed
 from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
+from flywheel.face.cli_agreement import judge_agreement_cmd
 from flywheel.face.cli_data import (IN_USE, RUNTIME, USAGE, Format, damaged_file, data_app, fail, models_app, open_run,
                                     refuse_together)
 from flywheel.face.cli_rate import lc_board_cmd, rate_cmd, style_board_cmd
@@ -242,6 +243,7 @@ def bootstrap_cmd(
 
 app.command(name="rate")(rate_cmd)  # flywheel rate: any battle log (cli_rate.py)
 app.command(name="report")(report_cmd)  # flywheel report: a run on one HTML page (cli_report.py)
+app.command(name="judge-agreement")(judge_agreement_cmd)  # a judge against human votes (cli_agreement.py)
 
 
 @app.command()

@@ -159,28 +159,32 @@ def data_ingest(
     files: Annotated[list[Path], typer.Argument(help="Prompt files: JSONL, JSON, CSV or Parquet.")],
     layout: Annotated[Layout, typer.Option(help="Prompt layout (auto: told apart per row).")] = "auto",
     category: Annotated[str, typer.Option(help="Category of rows that name none.")] = "user",
-    out: Annotated[Optional[Path], typer.Option(help="Write the prompts as one JSONL pool (plain layout).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the prompts as one JSONL pool (plain layout), and the "
+                                                "human votes of Chatbot Arena logs beside it (OUT's name with "
+                                                ".votes.jsonl).")] = None,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="Skip bad rows (still listed) instead of failing.")] = False,
     no_dedup: Annotated[bool, typer.Option("--no-dedup", help="Keep repeated prompts.")] = False,
 ) -> None:
-    """Read user prompt pools (Alpaca, ShareGPT, Arena-Hard, plain); report bad rows by line."""
+    """Read user prompt pools (Alpaca, ShareGPT, Chatbot Arena, Arena-Hard, plain); report bad rows by
+    line. Chatbot Arena logs' human votes are kept too."""
     seen: set[str] = set()
-    prompts, bad, dups = [], [], 0
+    prompts, bad, dups, votes = [], [], 0, []
     for f in files:
         try:
-            got = ingest(f, layout, category, not no_dedup, seen)
+            got = ingest(f, layout, category, not no_dedup, seen, votes=True)
         except (OSError, ValueError) as e:
             fail(str(e))
         prompts += got.prompts
         bad += got.bad
         dups += got.duplicates
+        votes += got.votes
     if not prompts:
         fail(f"no prompts in {', '.join(map(str, files))}: {len(bad)} bad row(s), {dups} duplicate(s)")
     cats: dict[str, int] = {}
     for p in prompts:
         cats[p.category] = cats.get(p.category, 0) + 1
     typer.echo(json.dumps({"prompts": len(prompts), "duplicates": dups, "bad_rows": len(bad),
-                           "categories": dict(sorted(cats.items()))}))
+                           "categories": dict(sorted(cats.items())), "votes": len(votes)}))
     if bad:
         typer.echo(bad_rows_message(bad), err=True)
         if not skip_bad:
@@ -191,6 +195,15 @@ def data_ingest(
                                                    **({"follow_ups": decode(p.turns)} if p.turns else {})}) + "\n"
                                        for p in prompts))
         typer.echo(f"wrote {len(prompts)} prompts to {out}")
+        if votes:
+            target = votes_path(out)
+            atomic_write_text(target, "".join(json.dumps(v.to_row(), ensure_ascii=False) + "\n" for v in votes))
+            typer.echo(f"wrote {len(votes)} human votes to {target}")
+
+
+def votes_path(pool: Path) -> Path:
+    """Where ``data ingest --out POOL`` keeps the human votes: beside the pool, ``<stem>.votes.jsonl``."""
+    return pool.with_name(f"{pool.stem}.votes.jsonl")
 
 
 models_app = typer.Typer(no_args_is_help=True, help="Real models made usable offline (GGUF to a checkpoint).")

@@ -41,7 +41,7 @@ def text_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS)
     cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     left = {i for i, c in enumerate(columns) if c in ("model", "note", "category", "arm", "player", "judge", "target", "policy",
-                                                       "opponent")}
+                                                       "opponent", "group")}
     line = lambda vals: "  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(vals, widths)))  # noqa: E731
     return "\n".join([line(list(columns)), line(["-" * w for w in widths])] + [line(c) for c in cells])
 

@@ -9,8 +9,9 @@ Layouts (``auto`` tells them apart per row by their fields):
   turns, user first (after an optional system message), and none may be empty;
 - ``arena``: Chatbot Arena's battle logs (and ``data export --format arena``): ``conversation_a``
   (OpenAI-style turns, or their JSON text): its user turns, as ``sharegpt`` reads them
-  (``conversation_b`` asks the same questions; the answers and ``winner`` are not used), with
-  ``question_id`` and ``category`` where the row has them;
+  (``conversation_b`` asks the same questions), with ``question_id`` and ``category`` where the
+  row has them; with ``votes``, a row's human vote (``winner``, both models and both conversations,
+  ``flywheel.worlds.votes``) is kept too, one per row, and a row whose vote cannot be read is bad;
 - ``arena-hard``: ``question.jsonl`` rows with ``turns: [{"content": ...}]`` (arena-hard) or
   ``turns: ["...", "..."]`` (MT-Bench: a second turn becomes the prompt's ``turns``),
   ``question_id``, ``category`` (or ``cluster``);
@@ -33,6 +34,7 @@ from typing import Any
 from flywheel.ground.conversation import check_roles, encode, normalized
 from flywheel.ground.records import Prompt, stable_id
 from flywheel.ground.row_files import BadRow, read_row_file
+from flywheel.worlds.votes import Vote, vote_of
 
 LAYOUTS = ("auto", "alpaca", "sharegpt", "arena", "arena-hard", "plain")
 HUMAN = {"human", "user"}
@@ -43,6 +45,7 @@ class Ingested:
     prompts: list[Prompt] = field(default_factory=list)
     bad: list[tuple[str, str]] = field(default_factory=list)  # (where, why)
     duplicates: int = 0
+    votes: list[Vote] = field(default_factory=list)  # arena rows' human votes (``ingest(..., votes=True)``)
 
 
 def detect(row: dict[str, Any]) -> str:
@@ -132,9 +135,10 @@ def _level(value: Any) -> int:
 
 
 def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool = True,
-           seen: set[str] | None = None) -> Ingested:
+           seen: set[str] | None = None, votes: bool = False) -> Ingested:
     """Prompts of one file. ``seen`` (normalised texts) dedups across files and against a
-    held-out set: prompts in it are dropped and counted as duplicates."""
+    held-out set: prompts in it are dropped and counted as duplicates. ``votes``: also keep the
+    human vote of every arena row with a ``winner`` (a repeated prompt's votes too)."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} ({', '.join(LAYOUTS)})")
     path = Path(path)
@@ -160,9 +164,12 @@ def ingest(path: Path, layout: str = "auto", category: str = "user", dedup: bool
             if not text:
                 raise ValueError("empty prompt")
             level = _level(row.get("level"))
+            vote = vote_of(row, where) if votes and kind == "arena" and row.get("winner") not in (None, "") else None
         except (ValueError, TypeError, json.JSONDecodeError) as e:
             out.bad.append((where, str(e)))
             continue
+        if vote is not None:
+            out.votes.append(vote)
         key = " ".join(text.split())
         if dedup and key in seen:
             out.duplicates += 1

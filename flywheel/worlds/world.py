@@ -195,13 +195,10 @@ class Roster:
     def build(self, pc: PlayerConfig, name: str) -> Player:
         """A new player from its config through its kind's ``from_config`` (arena players, and
         the judge's model)."""
-        in_arena = PlayerVersion.parse(name).name in self._by_name
-        if in_arena:
-            path, model, chat = self.path(name), self.api_model(name), self.is_chat(name)
-        else:  # the judge's model, an asker: asked as its own path reads, where it has one
-            path, model = pc.path, model_asked(pc, pc.path)
-            chat = uses_chat(template_of(pc.path), pc.chat, name) if pc.kind == "openai" and pc.path else True
-        setup = PlayerSetup(path=path, model=model, budget=self.budget, seed=self.cfg.run.seed, chat=chat,
+        if PlayerVersion.parse(name).name not in self._by_name:  # the judge's model, an asker
+            return player_from_config(pc, name, outside_setup(pc, name, self.budget, self.cfg.run.seed))
+        setup = PlayerSetup(path=self.path(name), model=self.api_model(name), budget=self.budget,
+                            seed=self.cfg.run.seed, chat=self.is_chat(name),
                             gpu_memory_utilization=self.gpu_memory(name) if pc.kind == "vllm" else None)
         return player_from_config(pc, name, setup)
 
@@ -222,3 +219,34 @@ class Roster:
             return pc.gpu_memory_utilization
         shares = self.gpu_shares or gpu_memory_shares(alloc, equal(self.targets))
         return shares[base]
+
+
+def outside_setup(pc: PlayerConfig, name: str, budget: Budget, seed: int) -> PlayerSetup:
+    """How a model outside the arena (the judge's, an asker) is set up: asked as its own path
+    reads, where it has one."""
+    chat = uses_chat(template_of(pc.path), pc.chat, name) if pc.kind == "openai" and pc.path else True
+    return PlayerSetup(path=pc.path, model=model_asked(pc, pc.path), budget=budget, seed=seed, chat=chat,
+                       gpu_memory_utilization=pc.gpu_memory_utilization if pc.kind == "vllm" else None)
+
+
+@dataclass
+class JudgeRoster:
+    """Builds a judge's models without a run (``flywheel judge-agreement``): no run directory and no
+    spending ledger; ``budget.max_usd`` caps what this process spends. ``release()`` closes them."""
+
+    cfg: FlywheelConfig
+    budget: Budget = field(init=False)
+    built: list[Player] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.budget = Budget(self.cfg.budget.max_usd)
+
+    def build(self, pc: PlayerConfig, name: str) -> Player:
+        player = player_from_config(pc, name, outside_setup(pc, name, self.budget, self.cfg.run.seed))
+        self.built.append(player)
+        return player
+
+    def release(self) -> None:
+        for p in self.built:
+            p.close()
+        self.built.clear()
