@@ -57,7 +57,7 @@ def model_dirs(path: Path) -> list[Path]:
     """A model folder as it is; a run directory: its targets' ``@0`` (from its config), then its versions."""
     if (path / "config.json").exists():
         return [path]
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
 
     cfg = load_config(path / "config.yaml", [])
     base = [Path(t.path or Path(cfg.world.models_dir) / t.name) for t in cfg.targets]

@@ -143,8 +143,8 @@ def main() -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
 
+    from flywheel.config.loading import load_config
     from flywheel.ground.checkpoints import load_checkpoint
-    from flywheel.ground.config_io import load_config
     from flywheel.learning.judge_rewards import verifier_reward
     from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog
     from flywheel.learning.training import TrainJob, train_version

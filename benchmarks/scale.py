@@ -82,7 +82,7 @@ class InstantPlayer(Player):
 def config(battles: int, seed: int, root: Path, flow: bool = False):
     """The run's config; ``flow``: also what the whole flow needs past the arena stages (one
     iteration, a tiny untrained model for the target's train stage, no training steps)."""
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
 
     target = f"{{name: target, kind: '{KIND}'" + (f", path: '{root}/models/stub'" if flow else "") + "}"
     overrides = [

@@ -19,9 +19,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from flows.runners import start_early, task_runner, workers_use_the_temporary_server
+from flywheel.config.loading import load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground import interrupt, reports
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import load_config
 from flywheel.ground.dataset_files import dataset_rows
 from flywheel.ground.records import versioned
 from flywheel.ground.store import DATASET_KINDS, RunStore

@@ -32,7 +32,7 @@ import math
 import re
 from pathlib import Path
 
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig
+from flywheel.config.parts import JudgeConfig, PlayerConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment, Prompt, stable_id
 from flywheel.players.base import Player, SamplingParams

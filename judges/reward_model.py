@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from flywheel.ground.config_parts import JudgeConfig
+from flywheel.config.parts import JudgeConfig
 from flywheel.ground.records import Battle, Judgment
 from judges.base import PairwiseJudge
 from judges.reward_scorer import RewardScorer

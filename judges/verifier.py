@@ -29,7 +29,7 @@ import math
 import re
 from collections.abc import Callable
 
-from flywheel.ground.config_parts import VerifierConfig
+from flywheel.config.parts import VerifierConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment
 from flywheel.players.registry import resolve

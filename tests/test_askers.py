@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment, stable_id
 from flywheel.ground.store import RunStore

@@ -14,8 +14,8 @@ from flywheel.arena.selection import (
     own_success,
     validation_progress,
 )
-from flywheel.ground.config import FlywheelConfig, SelectConfig
-from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.tree import FlywheelConfig, SelectConfig
 from flywheel.ground.records import Battle, JudgedBattle, Judgment
 from flywheel.ground.store import RunStore
 from flywheel.stages.context import Context

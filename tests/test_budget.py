@@ -12,8 +12,8 @@ import time
 import pytest
 
 from flywheel.arena.generation import generate_cached
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import dump_config
+from flywheel.config.loading import dump_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.records import Prompt
 from flywheel.ground.store import RunStore

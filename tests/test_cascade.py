@@ -10,7 +10,7 @@ import re
 import pytest
 import yaml
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.records import Battle, BattleSpec, Judgment
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from flywheel.arena.evolve import EvolveRequest, evolve
-from flywheel.ground.config import EvolveConfig, FlywheelConfig
+from flywheel.config.tree import EvolveConfig, FlywheelConfig
 from flywheel.ground.records import Battle, EvolvedPrompt, Judgment, Prompt
 from flywheel.ground.store import RunStore
 from flywheel.worlds.evolution import HeldOut, compose, deepen, procedural, solve

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.parts import JudgeConfig, PlayerConfig, VerifierConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import ConfigError, load_config
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, VerifierConfig
 from flywheel.ground.records import Battle
 from flywheel.ground.store import RunStore
 from flywheel.players import create_player

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.store import RunStore
 from flywheel.maths.proportions import wilson

@@ -12,8 +12,8 @@ import pytest
 
 from flywheel.arena import teaching
 from flywheel.arena.teaching import LessonPlan, TeachingRound
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.chat import history_of, messages, raw_prompt
-from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.records import Generation, Lesson, Prompt
 from flywheel.ground.store import RunStore
 

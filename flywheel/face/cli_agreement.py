@@ -13,12 +13,12 @@ from typing import Annotated, Any
 
 import typer
 
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.face.checks import judge_problems
 from flywheel.face.cli_data import Format, fail
 from flywheel.ground import reports
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import ConfigError, load_config
 from flywheel.ground.records import Judgment
 from flywheel.worlds.prompts import bad_rows_message
 from flywheel.worlds.votes import Vote, VoteLogError, read_votes

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from flywheel.arena.selection import arm_of, evolved_arm
+from flywheel.config.loading import dump_config, load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import EvolvedPrompt, PlayerVersion, Prompt, stable_id, versioned
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation

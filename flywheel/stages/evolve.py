@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flywheel.arena.battles import generate_cached
 from flywheel.arena.evolve import EvolveRequest, arm_yields, choose_parents, evolve, top_arms
-from flywheel.ground.config import PROCEDURAL
+from flywheel.config.tree import PROCEDURAL
 from flywheel.ground.records import Prompt
 from flywheel.stages.context import Context, stage
 from flywheel.stages.results import EvolveResult

@@ -11,10 +11,10 @@ import logging
 import shutil
 from dataclasses import replace
 
+from flywheel.config.tree import ONLINE_METHODS, RL_METHODS
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.cards import hub_card
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, prompt_as_read, split_prompt
-from flywheel.ground.config import ONLINE_METHODS, RL_METHODS
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from flywheel.config.tree import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.ground.chat import template_hash, template_of, uses_chat
-from flywheel.ground.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.ground.records import PlayerVersion, Prompt, stable_id
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import equal, gpu_memory_shares
