@@ -328,7 +328,7 @@ def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[
     without a Prefect server."""
     from flywheel.ground.records import SCORE_A, base_name
     from flywheel.ground.reports import in_use_eval
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
     tree = cfg.model_dump()

@@ -48,7 +48,7 @@ from flywheel.config.loading import load_config
 from flywheel.ground.conversation import Message, decode
 from flywheel.ground.records import PlayerVersion
 from flywheel.ground.store import RunStore, iter_name
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 
 TURN = 1  # the second user turn, 0-based
 ROUNDS, SEED = 2000, 0  # bootstrap resamples and their seed

@@ -51,7 +51,7 @@ GOALS = {"overall": (">=", 0.0), "worst_category": (">=", 0.9), "forgetting": ("
 def run_once(seed: int, overrides: list[str], root: Path, config: Path | None = None) -> dict:
     """One run of ``config`` (default: the embedded default); returns its summary.json."""
     from flywheel.config.loading import load_config
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from flywheel.worlds.tinymodels import bootstrap
 

@@ -74,7 +74,7 @@ def groups_of(store, target: str) -> dict[str, list[int]]:
 def run_seed(cfg, seed: int, root: Path) -> dict[str, list[int]]:
     """One run of ``cfg`` with run seed ``seed`` (every stage as the flow runs it, no Prefect
     server); its groups' battles and new examples."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
     tree = cfg.model_dump()

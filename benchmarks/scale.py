@@ -103,8 +103,8 @@ def peak_mib() -> float:
 def one_size(battles: int, seed: int) -> dict[str, float]:
     """Stages path: seconds and peak memory (MiB, this process) of one iteration's arena stages."""
     from flywheel.learning.allocation import Allocation
+    from flywheel.run.context import close_run, open_run, read_stage
     from flywheel.stages import battle, curate, judge, rate, select
-    from flywheel.stages.context import close_run, open_run, read_stage
     from flywheel.stages.iteration import InProcess, run_baseline
 
     with tempfile.TemporaryDirectory() as tmp:

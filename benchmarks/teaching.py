@@ -54,7 +54,7 @@ TEACHERS = [{"name": "calc"}, {"name": "scribe"}, {"name": "generalist"},
 
 def run_seed(cfg, seed: int, root: Path) -> list:
     """One run of ``cfg`` with run seed ``seed``: its teaching rounds of iteration 1; its lessons."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.teach import teach_round
 
     tree = cfg.model_dump()

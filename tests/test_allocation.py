@@ -12,7 +12,7 @@ from flywheel.config.tree import AllocateConfig, CurateConfig
 from flywheel.ground.records import Battle, Judgment
 from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
 from flywheel.learning.curation import curate
-from flywheel.stages.context import latest_gpu_shares
+from flywheel.run.context import latest_gpu_shares
 
 T = ["a", "b", "c"]
 # Eval accuracy after each iteration (0 = baseline) and training steps spent per iteration.

@@ -95,8 +95,8 @@ def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
     from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.atomic import atomic_write_json
     from flywheel.ground.store import RunStore
-    from flywheel.stages.context import Context
-    from flywheel.stages.select import load_selector
+    from flywheel.run.context import Context
+    from flywheel.run.selectors import load_selector
 
     cfg = FlywheelConfig.model_validate({"targets": [{"name": "x"}, {"name": "y-x"}]})
     ctx = Context(cfg, RunStore(tmp_path))

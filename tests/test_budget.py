@@ -18,7 +18,7 @@ from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.records import Prompt
 from flywheel.ground.store import RunStore
 from flywheel.players.api import BudgetExhausted
-from flywheel.stages.context import worker_context
+from flywheel.run.context import worker_context
 from flywheel.worlds.world import Roster
 from tests.fakeapi import FakeAPI
 

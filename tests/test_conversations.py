@@ -15,7 +15,7 @@ from flywheel.ground.conversation import decode, encode
 from flywheel.ground.records import Battle, BattleSpec, DPOPair, Judgment, Prompt, SFTExample
 from flywheel.ground.store import RunStore
 from flywheel.learning.curation import curate
-from flywheel.stages.results import VersionEval
+from flywheel.run.results import VersionEval
 from flywheel.worlds.followups import ProceduralAsker, follow_up, two_turn_examples
 from judges.verifier import VerifierJudge
 

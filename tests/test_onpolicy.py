@@ -187,7 +187,7 @@ def run_stages(tiny_models_dir, tmp_path, name, **over):
     """A tiny run's stages in this process, without a Prefect server (the flow's own tests run it
     through Prefect): the run directory."""
     from flywheel.config.tree import FlywheelConfig
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from tests.conftest import tiny_tree
 

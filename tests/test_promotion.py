@@ -9,10 +9,10 @@ import pytest
 
 from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import read_json
-from flywheel.stages.context import close_run, open_run
+from flywheel.run.context import close_run, open_run
+from flywheel.run.results import EvalResult, Validation, VersionEval
 from flywheel.stages.iteration import run_to
 from flywheel.stages.promote import promote_versions
-from flywheel.stages.results import EvalResult, Validation, VersionEval
 from flywheel.stages.train import training_data
 from tests.conftest import tiny_tree
 

@@ -14,7 +14,7 @@ from flywheel.ground.conversation import decode, encode, plain
 from flywheel.ground.records import Battle, BattleSpec, Judgment, Prompt, base_name
 from flywheel.ground.store import RunStore
 from flywheel.learning.judge_rewards import judge_reward, model_reward, verifier_reward
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.worlds.followups import ProceduralAsker, follow_up
 from judges.build import build_verifier

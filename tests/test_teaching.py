@@ -34,7 +34,7 @@ def _config(root, **teach) -> FlywheelConfig:
 
 @pytest.fixture
 def ctx(tmp_path):
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
 
     c = open_run(_config(tmp_path / "runs"))
     yield c
@@ -127,7 +127,7 @@ def test_best_lessons_take_the_largest_lift_once_per_sibling_and_target():
 def test_a_teaching_round_killed_anywhere_resumes_with_nothing_lost_or_doubled(tmp_path):
     """Killed after the lessons' file (before the bandits learnt), or before it: the resumed round
     writes the same lessons, the bandits learn them once, and the answers come from the cache."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.teach import teach_round
 
     def run(root, kill=None):

@@ -75,7 +75,7 @@ def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.records import DPOPair, SFTExample
     from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
-    from flywheel.stages.context import open_run
+    from flywheel.run.context import open_run
     from flywheel.stages.train import train_targets
     from tests.conftest import tiny_tree
 

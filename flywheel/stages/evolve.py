@@ -10,8 +10,8 @@ from flywheel.arena.battles import generate_cached
 from flywheel.arena.evolve import EvolveRequest, arm_yields, choose_parents, evolve, top_arms
 from flywheel.config.tree import PROCEDURAL
 from flywheel.ground.records import Prompt
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import EvolveResult
+from flywheel.run.context import Context, stage
+from flywheel.run.results import EvolveResult
 from flywheel.worlds.evolution import HeldOut
 
 

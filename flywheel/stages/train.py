@@ -32,8 +32,8 @@ from flywheel.learning.rl import (
 )
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
 from flywheel.players.base import ServesAdapters
-from flywheel.stages.context import Context, read_stage, stage
-from flywheel.stages.results import TargetTraining, TrainResult
+from flywheel.run.context import Context, read_stage, stage
+from flywheel.run.results import TargetTraining, TrainResult
 from flywheel.stages.rl_prompts import rl_prompts
 from judges.reward_scorer import RewardScorer
 
