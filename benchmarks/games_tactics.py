@@ -26,7 +26,7 @@ from pathlib import Path
 
 from flywheel.games.rules import TICTACTOE, Position, parse_move
 from flywheel.ground.records import Prompt
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.player import Player, SamplingParams
 
 
 def tactic_positions() -> tuple[list[tuple[Position, set[int]]], list[tuple[Position, set[int]]]]:

@@ -170,7 +170,7 @@ def main() -> None:
     scorer = verifier_reward(build_verifier(cfg.judge.verifier))
     if args.dynamic_sampling:
         from flywheel.arena.own_answers import sample_groups
-        from flywheel.players.base import SamplingParams
+        from flywheel.players.player import SamplingParams
 
         groups = sample_groups(probe.start, SamplingParams(probe.max_new, probe.temperature, args.seed), rows, scorer,
                                k=cfg.train.rl.generations, budget=10 ** 9, at=cfg.train.rl.pass_reward, seed=args.seed)

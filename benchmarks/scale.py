@@ -49,7 +49,7 @@ from pathlib import Path
 
 from benchmarks.stats import parse_seeds, run_all
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 
 SKILL = {"target": 0.4, "sage": 0.7, "novice": 0.2}
 # By module name, not __name__: a spawned process imports this file as __mp_main__, which the

@@ -30,7 +30,7 @@ from typing import Any
 
 from flywheel.config.parts import CascadeConfig, CascadeTier
 from flywheel.ground.records import Battle, Judgment, stable_id
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 TIES = ("tie", "tie (bothbad)")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from flywheel.config.parts import JudgeConfig
 from flywheel.ground.records import Battle, Judgment
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 from judges.reward_scorer import RewardScorer
 
 

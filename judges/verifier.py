@@ -33,7 +33,7 @@ from flywheel.config.parts import VerifierConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment
 from flywheel.players.registry import resolve
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 Check = Callable[[str, str], "bool | float"]

@@ -245,7 +245,7 @@ def test_vllm_in_process_player_asks_raw_text_without_chat(monkeypatch, template
     line and the prompt; greedy by default (temperature 0, no stop strings); the player's own
     GPU-memory share when the run gives none."""
     from flywheel.config.tree import PlayerConfig
-    from flywheel.players.base import PlayerSetup
+    from flywheel.players.player import PlayerSetup
     from flywheel.players.registry import player_from_config
 
     fake = fake_vllm(monkeypatch, template)
@@ -279,7 +279,7 @@ def test_vllm_in_process_player_without_vllm_names_the_extra(monkeypatch):
     from pathlib import Path
 
     from flywheel.config.tree import PlayerConfig
-    from flywheel.players.base import PlayerSetup
+    from flywheel.players.player import PlayerSetup
     from flywheel.players.registry import player_from_config
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from flywheel.arena.evolve import EvolveRequest, evolve
+from flywheel.arena.evolved_prompts import EvolveRequest, evolve
 from flywheel.config.tree import EvolveConfig, FlywheelConfig
 from flywheel.ground.records import Battle, EvolvedPrompt, Judgment, Prompt
 from flywheel.ground.store import RunStore

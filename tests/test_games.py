@@ -13,7 +13,7 @@ from flywheel.games.referee import move_token, replay
 from flywheel.games.rules import CONNECT4, TICTACTOE, Position, parse_move, parse_position
 from flywheel.ground.records import Battle, BattleSpec, Generation, JudgedBattle, Judgment, Prompt
 from flywheel.learning.game_curation import curate_games
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 from flywheel.players.reference import MinimaxPlayer, RandomMover
 from judges.game import GameJudge
 

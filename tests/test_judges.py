@@ -16,11 +16,11 @@ from flywheel.ground.records import Battle
 from flywheel.ground.store import RunStore
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
-from judges.base import pair_battle
 from judges.custom import load_custom
 from judges.diagnostics import diagnose
 from judges.hybrid import HybridJudge
 from judges.llm import LLMJudge, parse_verdict
+from judges.pairwise import pair_battle
 from judges.panel import PanelJudge, cohen_kappa, fleiss_kappa
 from judges.verifier import VerifierJudge
 from tests.fakeapi import FakeAPI, fenced_blocks, judge_reply, solve

@@ -20,8 +20,8 @@ from flywheel.learning.onpolicy import (
 )
 from flywheel.learning.rl import RLPhase
 from flywheel.learning.training import TrainJob, train_version
-from flywheel.players.base import SamplingParams
 from flywheel.players.hf import TransformersPlayer
+from flywheel.players.player import SamplingParams
 from tests.test_training import changed
 
 

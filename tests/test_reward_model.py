@@ -13,7 +13,7 @@ from transformers import AutoModelForSequenceClassification, set_seed
 
 from flywheel.config.tree import JudgeConfig, TrainConfig
 from flywheel.ground.records import Battle
-from flywheel.learning.reward_model import pair_accuracy, train_reward_model
+from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from judges.build import build_judge
 from judges.reward_model import RewardModelJudge, bt_margin
 from judges.reward_scorer import RewardScorer

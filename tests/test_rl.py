@@ -10,8 +10,8 @@ from flywheel.config.tree import FlywheelConfig, JudgeConfig, RLConfig, TrainCon
 from flywheel.learning.judge_rewards import build_reward, function_reward, judge_reward, verifier_reward
 from flywheel.learning.rl import RLPhase, RolloutLog, with_advantages
 from flywheel.learning.training import TrainJob, train_version
-from judges.base import PairwiseJudge
 from judges.build import build_verifier
+from judges.pairwise import PairwiseJudge
 from tests.test_training import changed
 
 PROMPTS = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,

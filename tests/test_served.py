@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from flywheel.config.tree import ServeConfig
-from flywheel.players.base import SamplingParams
 from flywheel.players.hf import TransformersPlayer
 from flywheel.players.openai_player import OpenAIPlayer
+from flywheel.players.player import SamplingParams
 from flywheel.players.server import base_url, start, stop
 from flywheel.worlds.tasks import build_suite
 from tests.conftest import free_port, tiny_tree

@@ -186,7 +186,7 @@ def test_api_players_send_the_example_as_earlier_turns(monkeypatch):
     from tests.fakeapi import FakeAPI
     from tests.test_api_players import anthropic_player, openai_player
 
-    from flywheel.players.base import SamplingParams
+    from flywheel.players.player import SamplingParams
 
     shot = teaching.one_shot(Prompt("e", "3+5=", "add", 1, "8"), "8", Prompt("s", "4+2=", "add", 1, "6"))
     want = [{"role": "user", "content": "3+5="}, {"role": "assistant", "content": "8"},

@@ -24,9 +24,9 @@ from flywheel.worlds.prompts import bad_rows_message
 from flywheel.worlds.votes import Vote, VoteLogError, read_votes
 from flywheel.worlds.world import JudgeRoster
 from judges.agreement import COLUMNS, HOW, HumanVerdict, by_category, by_tier, tally
-from judges.base import PairwiseJudge
 from judges.build import build_judge
 from judges.cascade import CascadeJudge
+from judges.pairwise import PairwiseJudge
 
 # Judges that cannot decide a human vote's battle, and why.
 CANNOT = {"verifier": "checks answers against a reference, and human votes have none",

@@ -21,8 +21,8 @@ from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
 from flywheel.run.results import EvalResult, PromoteResult, VersionEval
 from flywheel.worlds.world import Roster, world_pools
-from judges.base import PairwiseJudge
 from judges.build import build_judge, build_verifier
+from judges.pairwise import PairwiseJudge
 
 
 class JsonRecord(Protocol):

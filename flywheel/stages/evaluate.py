@@ -22,7 +22,7 @@ from flywheel.ground.records import SCORE_A, BattleSpec, JudgedBattle, stable_id
 from flywheel.ground.store import iter_name
 from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
 from flywheel.maths.leaderboard import board
-from flywheel.players.base import ScoresReferences
+from flywheel.players.player import ScoresReferences
 from flywheel.run.context import Context, stage
 from flywheel.run.results import EvalResult, Validation, VersionEval
 from flywheel.stages.evaluate_hanabi import evaluate_hanabi

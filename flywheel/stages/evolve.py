@@ -7,7 +7,7 @@ the same prompts twice), so a resumed run has the same evolved pool."""
 from __future__ import annotations
 
 from flywheel.arena.battles import generate_cached
-from flywheel.arena.evolve import EvolveRequest, arm_yields, choose_parents, evolve, top_arms
+from flywheel.arena.evolved_prompts import EvolveRequest, arm_yields, choose_parents, evolve, top_arms
 from flywheel.config.tree import PROCEDURAL
 from flywheel.ground.records import Prompt
 from flywheel.run.context import Context, stage

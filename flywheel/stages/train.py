@@ -20,7 +20,7 @@ from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.judge_rewards import build_reward
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
-from flywheel.learning.reward_model import pair_accuracy, train_reward_model
+from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
     RewardsFailed,
     RewardSummary,
@@ -31,7 +31,7 @@ from flywheel.learning.rl import (
     with_advantages,
 )
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
-from flywheel.players.base import ServesAdapters
+from flywheel.players.player import ServesAdapters
 from flywheel.run.context import Context, read_stage, stage
 from flywheel.run.results import TargetTraining, TrainResult
 from flywheel.stages.rl_prompts import rl_prompts

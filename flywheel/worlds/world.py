@@ -16,7 +16,7 @@ from flywheel.learning.allocation import equal, gpu_memory_shares
 from flywheel.players import Player, SamplingParams, resolve
 from flywheel.players.api import Budget
 from flywheel.players.asker import Asker, LLMAsker
-from flywheel.players.base import PlayerSetup
+from flywheel.players.player import PlayerSetup
 from flywheel.players.registry import player_from_config
 from flywheel.worlds.followups import ProceduralAsker, RepeatingAsker
 from flywheel.worlds.game_pools import game_splits
