@@ -71,10 +71,10 @@ from pathlib import Path
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import read_json
-from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.reports import in_use_eval
-from flywheel.stages.context import close_run, open_run
+from flywheel.run.context import close_run, open_run
 from flywheel.stages.iteration import run_to
 from flywheel.worlds.tinymodels import bootstrap
 

@@ -69,7 +69,7 @@ import numpy as np
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
 from flywheel.arena.selection import REWARDS
-from flywheel.ground.config_io import parse_overrides
+from flywheel.config.loading import parse_overrides
 from flywheel.maths.bandits import POLICIES, Bandit
 from flywheel.stages.select import round_budget
 
@@ -306,8 +306,8 @@ def bench_overrides(variant: str, world: World, extra: list[str], quick: bool) -
 
 def scenario_config(scenario: str, overrides: list[str], tmp: Path) -> tuple[object, str]:
     """The embedded default with ``overrides``, plus the scenario's pool; and what it holds."""
-    from flywheel.ground.config import FlywheelConfig
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
+    from flywheel.config.tree import FlywheelConfig
 
     cfg = load_config(None, overrides)
     what = "18 suite cells"
@@ -328,7 +328,7 @@ def run_flywheel(cfg, label: str, seed: int, battles: int, root: Path) -> tuple[
     without a Prefect server."""
     from flywheel.ground.records import SCORE_A, base_name
     from flywheel.ground.reports import in_use_eval
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
     tree = cfg.model_dump()

@@ -63,7 +63,7 @@ def main() -> None:
     import datasets
     import transformers
 
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from flywheel.worlds.tinymodels import bootstrap
 
     datasets.disable_progress_bars()

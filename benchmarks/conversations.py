@@ -44,11 +44,11 @@ from pathlib import Path
 
 from benchmarks.stats import PairedDifference, per_prompt_differences, stratified_bootstrap
 from flywheel.arena.evaluation import prompt_turn_results
-from flywheel.ground.config_io import load_config
+from flywheel.config.loading import load_config
 from flywheel.ground.conversation import Message, decode
 from flywheel.ground.records import PlayerVersion
 from flywheel.ground.store import RunStore, iter_name
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 
 TURN = 1  # the second user turn, 0-based
 ROUNDS, SEED = 2000, 0  # bootstrap resamples and their seed

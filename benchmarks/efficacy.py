@@ -50,8 +50,8 @@ GOALS = {"overall": (">=", 0.0), "worst_category": (">=", 0.9), "forgetting": ("
 
 def run_once(seed: int, overrides: list[str], root: Path, config: Path | None = None) -> dict:
     """One run of ``config`` (default: the embedded default); returns its summary.json."""
-    from flywheel.ground.config_io import load_config
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.config.loading import load_config
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from flywheel.worlds.tinymodels import bootstrap
 
@@ -146,7 +146,7 @@ def main() -> None:
     if args.quick:
         seeds = seeds[:2]
         overrides += QUICK
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from flywheel.worlds.tinymodels import bootstrap
 
     worlds = worlds_of(args)

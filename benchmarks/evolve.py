@@ -74,7 +74,7 @@ def groups_of(store, target: str) -> dict[str, list[int]]:
 def run_seed(cfg, seed: int, root: Path) -> dict[str, list[int]]:
     """One run of ``cfg`` with run seed ``seed`` (every stage as the flow runs it, no Prefect
     server); its groups' battles and new examples."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
     tree = cfg.model_dump()
@@ -119,8 +119,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra flywheel --set overrides")
     args = ap.parse_args()
+    from flywheel.config.loading import load_config
     from flywheel.face.cli import QUIET_ENV
-    from flywheel.ground.config_io import load_config
     from flywheel.worlds.tinymodels import bootstrap
 
     for key, value in {**QUIET_ENV, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}.items():

@@ -19,8 +19,8 @@ import argparse
 import random
 
 from benchmarks.stats import mean_ci, parse_seeds
+from flywheel.config.loading import ConfigError, load_config
 from flywheel.games.rules import Position, other, parse_position
-from flywheel.ground.config_io import ConfigError, load_config
 from flywheel.players.reference import MinimaxPlayer, RandomMover, _GamePlayer
 from flywheel.worlds.game_pools import game_splits
 

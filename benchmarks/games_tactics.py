@@ -26,7 +26,7 @@ from pathlib import Path
 
 from flywheel.games.rules import TICTACTOE, Position, parse_move
 from flywheel.ground.records import Prompt
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.player import Player, SamplingParams
 
 
 def tactic_positions() -> tuple[list[tuple[Position, set[int]]], list[tuple[Position, set[int]]]]:
@@ -57,7 +57,7 @@ def model_dirs(path: Path) -> list[Path]:
     """A model folder as it is; a run directory: its targets' ``@0`` (from its config), then its versions."""
     if (path / "config.json").exists():
         return [path]
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
 
     cfg = load_config(path / "config.yaml", [])
     base = [Path(t.path or Path(cfg.world.models_dir) / t.name) for t in cfg.targets]

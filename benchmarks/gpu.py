@@ -57,7 +57,7 @@ def measure(path: Path, args: argparse.Namespace) -> dict:
     import torch
     from datasets import Dataset
 
-    from flywheel.ground.config import TrainConfig
+    from flywheel.config.tree import TrainConfig
     from flywheel.learning.training import Hardware, TrainJob, precision, train_version
     from flywheel.players import SamplingParams
     from flywheel.players.hf import TransformersPlayer

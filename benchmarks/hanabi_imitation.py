@@ -96,7 +96,7 @@ def train_imitator(layers: int, width: int, steps: int, train: dict[str, str], s
     tokenizer). ``after_step(model, tok, n)`` is called after the n-th step."""
     import torch
 
-    from flywheel.ground.config_world import ModelSpec
+    from flywheel.config.world_settings import ModelSpec
     from flywheel.ground.records import Prompt
     from flywheel.worlds.tinymodels import build_model, build_tokenizer, pretrain
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import random
 
+from flywheel.config.tree import GamesConfig
 from flywheel.games.hanabi import Setup
 from flywheel.games.hanabi_knowledge import fault, sight
 from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.hanabi_referee import new_deal, parse_deal, replay_team, seats
-from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle
 from flywheel.learning.hanabi_curation import curate_hanabi
 from judges.game import GameJudge

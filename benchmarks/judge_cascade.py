@@ -69,10 +69,10 @@ from flywheel.ground.reports import text_table
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
 from flywheel.worlds.tasks import build_suite, take_validation
-from judges.base import PairwiseJudge
 from judges.cascade import CascadeJudge, Tier, cascade_of
 from judges.cascade_report import choose_thresholds
 from judges.llm import LLMJudge
+from judges.pairwise import PairwiseJudge
 from judges.verifier import VerifierJudge
 from tests.fakeapi import FakeAPI, NoisyJudge
 

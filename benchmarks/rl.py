@@ -101,7 +101,7 @@ def guess_by_category(overrides: list[str]) -> dict[str, float]:
     category where no model beats it by ``LEARNABLE_MARGIN`` is not learnable in this world."""
     from collections import Counter
 
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from flywheel.worlds.world import world_pools
 
     splits = world_pools(load_config(None, overrides).world)
@@ -168,7 +168,7 @@ def main() -> None:
     seeds, common = parse_seeds(args.seeds), list(args.overrides)
     if args.quick:
         seeds, common, args.budgets = seeds[:1], common + QUICK[:1], "300"
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from flywheel.worlds.tinymodels import bootstrap
 
     base_cfg = load_config(args.recipe, common)

@@ -143,8 +143,8 @@ def main() -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
 
+    from flywheel.config.loading import load_config
     from flywheel.ground.checkpoints import load_checkpoint
-    from flywheel.ground.config_io import load_config
     from flywheel.learning.judge_rewards import verifier_reward
     from flywheel.learning.rl import RewardSummary, RLPhase, RolloutLog
     from flywheel.learning.training import TrainJob, train_version
@@ -170,7 +170,7 @@ def main() -> None:
     scorer = verifier_reward(build_verifier(cfg.judge.verifier))
     if args.dynamic_sampling:
         from flywheel.arena.own_answers import sample_groups
-        from flywheel.players.base import SamplingParams
+        from flywheel.players.player import SamplingParams
 
         groups = sample_groups(probe.start, SamplingParams(probe.max_new, probe.temperature, args.seed), rows, scorer,
                                k=cfg.train.rl.generations, budget=10 ** 9, at=cfg.train.rl.pass_reward, seed=args.seed)

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from benchmarks.stats import parse_seeds, run_all
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 
 SKILL = {"target": 0.4, "sage": 0.7, "novice": 0.2}
 # By module name, not __name__: a spawned process imports this file as __mp_main__, which the
@@ -82,7 +82,7 @@ class InstantPlayer(Player):
 def config(battles: int, seed: int, root: Path, flow: bool = False):
     """The run's config; ``flow``: also what the whole flow needs past the arena stages (one
     iteration, a tiny untrained model for the target's train stage, no training steps)."""
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
 
     target = f"{{name: target, kind: '{KIND}'" + (f", path: '{root}/models/stub'" if flow else "") + "}"
     overrides = [
@@ -103,8 +103,8 @@ def peak_mib() -> float:
 def one_size(battles: int, seed: int) -> dict[str, float]:
     """Stages path: seconds and peak memory (MiB, this process) of one iteration's arena stages."""
     from flywheel.learning.allocation import Allocation
+    from flywheel.run.context import close_run, open_run, read_stage
     from flywheel.stages import battle, curate, judge, rate, select
-    from flywheel.stages.context import close_run, open_run, read_stage
     from flywheel.stages.iteration import InProcess, run_baseline
 
     with tempfile.TemporaryDirectory() as tmp:

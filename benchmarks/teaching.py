@@ -54,7 +54,7 @@ TEACHERS = [{"name": "calc"}, {"name": "scribe"}, {"name": "generalist"},
 
 def run_seed(cfg, seed: int, root: Path) -> list:
     """One run of ``cfg`` with run seed ``seed``: its teaching rounds of iteration 1; its lessons."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.teach import teach_round
 
     tree = cfg.model_dump()
@@ -111,9 +111,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="extra flywheel --set overrides")
     args = ap.parse_args()
+    from flywheel.config.loading import load_config
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.face.cli import QUIET_ENV
-    from flywheel.ground.config import FlywheelConfig
-    from flywheel.ground.config_io import load_config
     from flywheel.worlds.tinymodels import bootstrap
 
     for key, value in {**QUIET_ENV, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}.items():

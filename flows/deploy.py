@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 
 # The folder that holds flows/ and flywheel/: a work pool's worker runs the entrypoint from here.
 SOURCE = Path(__file__).resolve().parents[1]

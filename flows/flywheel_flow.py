@@ -19,19 +19,19 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from flows.runners import start_early, task_runner, workers_use_the_temporary_server
+from flywheel.config.loading import load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground import interrupt, reports
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import load_config
 from flywheel.ground.dataset_files import dataset_rows
 from flywheel.ground.records import versioned
 from flywheel.ground.store import DATASET_KINDS, RunStore
 from flywheel.players.server import serving
-from flywheel.stages.context import Context, close_run, new_run_id, open_run
+from flywheel.run.context import Context, close_run, new_run_id, open_run
+from flywheel.run.metrics import tracking
+from flywheel.run.results import EvalResult, IterationSummary
+from flywheel.run.summary import completed_iterations
+from flywheel.run.summary import completed_iterations as done_in
 from flywheel.stages.iteration import Shard, run_to
-from flywheel.stages.metrics import tracking
-from flywheel.stages.results import EvalResult, IterationSummary
-from flywheel.stages.summary import completed_iterations
-from flywheel.stages.summary import completed_iterations as done_in
 from flywheel.worlds.tinymodels import bootstrap
 
 T = TypeVar("T")
@@ -131,7 +131,7 @@ class PrefectRunner:
         ctx, k = args[0], args[1]
         with tags(f"iteration:{k}"):
             result = as_task(name, fn)(*map(opaque_to_prefect, args))
-            publication = getattr(fn, "publishes", None)  # declared by the stage (flywheel/stages/context.py)
+            publication = getattr(fn, "publishes", None)  # declared by the stage (flywheel/run/context.py)
             if publication is not None:
                 PUBLISHERS[publication](ctx, k, result)
         return result

@@ -9,7 +9,7 @@ from typing import Any
 
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flywheel.ground.config import RunConfig, runner_needs
+from flywheel.config.tree import RunConfig, runner_needs
 
 # A local Ray instance (no run.runner_address) is this machine's alone: Ray's switch for a one-node
 # instance (the Windows and macOS default) binds and advertises 127.0.0.1 only; token

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from judges.base import PairwiseJudge
 from judges.cascade import CascadeJudge, Tier
 from judges.custom import load_custom
 from judges.game import GameJudge
 from judges.hybrid import HybridJudge
 from judges.llm import LLMJudge
+from judges.pairwise import PairwiseJudge
 from judges.panel import PanelJudge
 from judges.reward_model import RewardModelJudge
 from judges.verifier import VerifierJudge

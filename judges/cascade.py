@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from flywheel.ground.config_parts import CascadeConfig, CascadeTier
+from flywheel.config.parts import CascadeConfig, CascadeTier
 from flywheel.ground.records import Battle, Judgment, stable_id
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 TIES = ("tie", "tie (bothbad)")
 

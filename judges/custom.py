@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flywheel.ground.records import Battle, Judgment
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 from judges.verifier import load_callable
 
 ALIASES = {"A": "model_a", "B": "model_b", "tie": "tie", "bothbad": "tie (bothbad)",

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Any
 
 from flywheel.ground.records import Battle, Judgment, base_name
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.verifier import VerifierJudge
 

@@ -7,7 +7,7 @@ import json
 from flywheel.games.hanabi_referee import is_deal, replay_duplicate
 from flywheel.games.referee import replay
 from flywheel.ground.records import Battle, Judgment
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 WINNER = {"a": "model_a", "b": "model_b", "draw": "tie"}
 

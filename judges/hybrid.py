@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from flywheel.ground.records import Battle, Judgment
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 
 class HybridJudge(PairwiseJudge):

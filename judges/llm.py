@@ -32,11 +32,11 @@ import math
 import re
 from pathlib import Path
 
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig
+from flywheel.config.parts import JudgeConfig, PlayerConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment, Prompt, stable_id
-from flywheel.players.base import Player, SamplingParams
-from judges.base import PairwiseJudge
+from flywheel.players.player import Player, SamplingParams
+from judges.pairwise import PairwiseJudge
 
 TEMPLATES = Path(__file__).parent / "templates"
 VERDICT = re.compile(r"\[\[\s*([AB])\s*(>>|>|=|<|<<)\s*([AB])\s*\]\]")

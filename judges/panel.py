@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from flywheel.ground.records import Battle, Judgment
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 CATEGORIES = ("model_a", "model_b", "tie")
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from flywheel.ground.config_parts import JudgeConfig
+from flywheel.config.parts import JudgeConfig
 from flywheel.ground.records import Battle, Judgment
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 from judges.reward_scorer import RewardScorer
 
 

@@ -29,11 +29,11 @@ import math
 import re
 from collections.abc import Callable
 
-from flywheel.ground.config_parts import VerifierConfig
+from flywheel.config.parts import VerifierConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment
 from flywheel.players.registry import resolve
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 Check = Callable[[str, str], "bool | float"]

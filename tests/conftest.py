@@ -29,8 +29,8 @@ for key, value in {
 
 import yaml  # noqa: E402
 
-from flywheel.ground.config import FlywheelConfig, ModelSpec
-from flywheel.ground.config_io import load_config
+from flywheel.config.loading import load_config
+from flywheel.config.tree import FlywheelConfig, ModelSpec
 
 TINY_MODELS = [
     {"name": "student", "steps": 20, "n_embd": 32},
@@ -67,7 +67,7 @@ FIXTURE_MODELS = Path(__file__).parent / "fixtures" / "tiny-models"
 
 
 def tiny_world(models_dir: Path):
-    from flywheel.ground.config import WorldConfig
+    from flywheel.config.tree import WorldConfig
 
     return WorldConfig(models_dir=models_dir, models=[ModelSpec(**m) for m in TINY_MODELS], tasks=TINY_TASKS)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from flywheel.ground.chat import history_of
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 from flywheel.players.scripted import wrong_answer
 from flywheel.worlds.evolution import solve
 

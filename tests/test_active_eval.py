@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
-from flywheel.stages.context import close_run, open_run
+from flywheel.run.context import close_run, open_run
 from flywheel.stages.evaluate import evaluate_versions
 from flywheel.stages.iteration import run_baseline
 from tests.conftest import tiny_tree

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from flywheel.ground.config import AllocateConfig, CurateConfig
-from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.tree import AllocateConfig, CurateConfig
 from flywheel.ground.records import Battle, Judgment
 from flywheel.learning.allocation import Allocation, allocate, learning_rates, proportional
 from flywheel.learning.curation import curate
-from flywheel.stages.context import latest_gpu_shares
+from flywheel.run.context import latest_gpu_shares
 
 T = ["a", "b", "c"]
 # Eval accuracy after each iteration (0 = baseline) and training steps spent per iteration.
@@ -126,7 +126,7 @@ def test_federated_merge_averages_same_architecture_checkpoints(tiny_models_dir,
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from flywheel.ground.config import ModelSpec
+    from flywheel.config.tree import ModelSpec
     from flywheel.learning.merging import groups, merge_group
     from flywheel.worlds.tinymodels import build_model, build_tokenizer
 
@@ -230,7 +230,7 @@ def test_in_process_vllm_targets_get_a_gpu_memory_share(tmp_path, monkeypatch):
     import sys
     import types
 
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.store import RunStore
     from flywheel.worlds.world import Roster
 

@@ -214,7 +214,7 @@ def test_vllm_in_process_player_asks_a_target_version_with_its_config(monkeypatc
     the prompt), the config's sampling (length, temperature, run seed, stop strings), no LoRA;
     the answers cut at the stop string, stripped, and matched to their prompts in order."""
     from flywheel.arena.battles import generate_cached
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.store import RunStore
     from flywheel.worlds.world import Roster
 
@@ -244,8 +244,8 @@ def test_vllm_in_process_player_asks_raw_text_without_chat(monkeypatch, template
     """No chat template (chat auto) or chat off: one generate call on the system prompt, a blank
     line and the prompt; greedy by default (temperature 0, no stop strings); the player's own
     GPU-memory share when the run gives none."""
-    from flywheel.ground.config import PlayerConfig
-    from flywheel.players.base import PlayerSetup
+    from flywheel.config.tree import PlayerConfig
+    from flywheel.players.player import PlayerSetup
     from flywheel.players.registry import player_from_config
 
     fake = fake_vllm(monkeypatch, template)
@@ -278,8 +278,8 @@ def test_vllm_in_process_player_without_vllm_names_the_extra(monkeypatch):
     import tomllib
     from pathlib import Path
 
-    from flywheel.ground.config import PlayerConfig
-    from flywheel.players.base import PlayerSetup
+    from flywheel.config.tree import PlayerConfig
+    from flywheel.players.player import PlayerSetup
     from flywheel.players.registry import player_from_config
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
@@ -296,7 +296,7 @@ def test_vllm_in_process_player_without_vllm_names_the_extra(monkeypatch):
 
 def test_a_repeated_run_sharing_a_cache_does_not_pay_twice(tmp_path):
     from flywheel.arena.battles import generate_cached
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.store import RunStore
     from flywheel.worlds.world import Roster
 
@@ -327,7 +327,7 @@ class UserAPIPlayer(APIPlayer):
 
 
 def test_a_users_api_player_class_gets_the_configs_retries_and_the_run_budget(tmp_path):
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.store import RunStore
     from flywheel.worlds.world import Roster
 

@@ -39,7 +39,9 @@ def test_the_tree_keeps_every_contract():
     # the face reaching into a stage for its leaderboard helpers (as queries.py once did)
     ("flywheel/face/queries.py", "from flywheel.stages import rate", "The CLI asks queries"),
     # the config checking a judge template itself (as config_parts.py once did)
-    ("flywheel/ground/config_parts.py", "import judges.llm", "Config and records know no judge"),
+    ("flywheel/config/parts.py", "import judges.llm", "Config and records know no judge"),
+    # the config reading the ground it stands below
+    ("flywheel/config/parts.py", "from flywheel.ground.records import Prompt", "The parts, top to bottom"),
     # maths reading the store
     ("flywheel/maths/bandits.py", "from flywheel.ground.store import RunStore", "Maths is pure"),
     # a stage importing Prefect

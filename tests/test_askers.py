@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.records import Battle, Judgment, stable_id
 from flywheel.ground.store import RunStore
-from flywheel.stages.context import Context
-from flywheel.stages.select import load_selector, reward_round, select_round
+from flywheel.run.context import Context
+from flywheel.run.selectors import load_selector
+from flywheel.stages.select import reward_round, select_round
 from flywheel.worlds.followups import RepeatingAsker
 
 ASKERS = [{"name": "followups", "kind": "procedural"}, {"name": "parrot", "kind": "procedural", "procedure": "repeat"}]

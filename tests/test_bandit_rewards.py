@@ -14,11 +14,11 @@ from flywheel.arena.selection import (
     own_success,
     validation_progress,
 )
-from flywheel.ground.config import FlywheelConfig, SelectConfig
-from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.tree import FlywheelConfig, SelectConfig
 from flywheel.ground.records import Battle, JudgedBattle, Judgment
 from flywheel.ground.store import RunStore
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 from flywheel.stages.rewards import own_successes, round_feedback, validation_gains
 from judges.build import build_verifier
 
@@ -165,7 +165,7 @@ def test_validation_progress_reads_the_validation_split_only(tmp_path):
 def test_a_training_step_is_measured_against_the_version_it_was_trained_from(tmp_path):
     """student@1 was not promoted: iteration 2 trained student@2 from student@0, so its gain is
     student@2's accuracy minus student@0's, not student@1's."""
-    from flywheel.stages.results import PromoteResult, Promotion
+    from flywheel.run.results import PromoteResult, Promotion
 
     ctx = _context(tmp_path)
     for v in range(3):
@@ -215,7 +215,7 @@ def test_a_real_run_finds_every_validation_answer_its_evaluations_cached(tiny_co
     iteration 1's training step, read from the cached validation answers of student@0 and
     student@1 (none missing: a miss would leave the cell to learnability, silently)."""
     from flywheel.arena.selection import arm_of
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from flywheel.stages.rewards import validation_right
 

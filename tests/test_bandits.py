@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.config.loading import ConfigError, load_config
 from flywheel.maths.bandits import POLICIES, Bandit, pfsp_weights
 
 
@@ -92,11 +92,11 @@ def test_yield_reward_counts_only_new_training_examples():
 
 
 def test_bandit_state_files_of_targets_with_similar_names_stay_apart(tmp_path):
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.atomic import atomic_write_json
-    from flywheel.ground.config import FlywheelConfig
     from flywheel.ground.store import RunStore
-    from flywheel.stages.context import Context
-    from flywheel.stages.select import load_selector
+    from flywheel.run.context import Context
+    from flywheel.run.selectors import load_selector
 
     cfg = FlywheelConfig.model_validate({"targets": [{"name": "x"}, {"name": "y-x"}]})
     ctx = Context(cfg, RunStore(tmp_path))
@@ -112,7 +112,7 @@ def test_prompt_floor_spreads_that_share_of_a_round_evenly_over_cells(floor):
     """A bandit sure that one cell is best still sends ``prompt_floor`` of each round evenly to
     every cell (the rest follows the bandit)."""
     from flywheel.arena.selection import Selector
-    from flywheel.ground.config import SelectConfig
+    from flywheel.config.tree import SelectConfig
 
     cfg = SelectConfig(prompt_floor=floor)
     cells = [f"c{i}" for i in range(6)]
@@ -138,7 +138,7 @@ def test_auto_prompt_floor_is_even_where_cells_look_alike_and_small_where_few_st
     """``select.prompt_floor: auto`` spreads everything evenly before any reward, nearly everything
     where the cells' yields are alike, and leaves most to the bandit where most cells yield nothing."""
     from flywheel.arena.selection import Selector, prompt_floor
-    from flywheel.ground.config import SelectConfig
+    from flywheel.config.tree import SelectConfig
 
     cfg = SelectConfig(prompt_floor="auto")
     cells = [f"c{i}" for i in range(10)]

@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.allocation import MEASURED_WITH, parse_args, run_config
 from benchmarks.worlds import World
-from flywheel.ground.config import AllocateConfig, FlywheelConfig
+from flywheel.config.tree import AllocateConfig, FlywheelConfig
 from flywheel.learning.allocation import allocate
 
 T = ["a", "b", "c"]

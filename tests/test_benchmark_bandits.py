@@ -14,8 +14,8 @@ import benchmarks.bandits as bench
 from benchmarks.bandits import FRACTIONS, QUICK, VARIANTS, bench_overrides, scenario_config
 from benchmarks.worlds import World
 from flywheel.arena.selection import Selector
-from flywheel.ground.config import SelectConfig
-from flywheel.ground.config_io import load_config
+from flywheel.config.loading import load_config
+from flywheel.config.tree import SelectConfig
 from flywheel.worlds.tasks import meaning
 from flywheel.worlds.world import world_pools
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from benchmarks.conversations import main, paired_runs
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import dump_config
+from flywheel.config.loading import dump_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.conversation import encode
 from flywheel.ground.records import Battle
 from flywheel.ground.store import RunStore

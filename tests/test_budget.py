@@ -12,13 +12,13 @@ import time
 import pytest
 
 from flywheel.arena.generation import generate_cached
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import dump_config
+from flywheel.config.loading import dump_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.records import Prompt
 from flywheel.ground.store import RunStore
 from flywheel.players.api import BudgetExhausted
-from flywheel.stages.context import worker_context
+from flywheel.run.context import worker_context
 from flywheel.worlds.world import Roster
 from tests.fakeapi import FakeAPI
 

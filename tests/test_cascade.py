@@ -10,13 +10,13 @@ import re
 import pytest
 import yaml
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.records import Battle, BattleSpec, Judgment
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
-from flywheel.stages.context import close_run, open_run
+from flywheel.run.context import close_run, open_run
+from flywheel.run.summary import judge_report
 from flywheel.stages.judge import judge_round, judge_shard
-from flywheel.stages.summary import judge_report
 from flywheel.worlds.tasks import build_suite
 from judges.cascade import CascadeJudge, Tier, audited, cascade_of
 from judges.cascade_report import choose_thresholds, tier_figures, wilson

@@ -11,8 +11,8 @@ import types
 import pytest
 from transformers import AutoTokenizer
 
+from flywheel.config.tree import FlywheelConfig, TrainConfig
 from flywheel.ground.chat import ChatTemplateMissing, as_text, template_of
-from flywheel.ground.config import FlywheelConfig, TrainConfig
 from flywheel.ground.records import Prompt
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.players import SamplingParams, create_player

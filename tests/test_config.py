@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import ConfigError, load_config
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.tree import FlywheelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,13 +9,13 @@ import shutil
 import pytest
 from transformers import AutoTokenizer
 
+from flywheel.config.tree import CurateConfig, FlywheelConfig
 from flywheel.ground.chat import messages, raw_prompt
-from flywheel.ground.config import CurateConfig, FlywheelConfig
 from flywheel.ground.conversation import decode, encode
 from flywheel.ground.records import Battle, BattleSpec, DPOPair, Judgment, Prompt, SFTExample
 from flywheel.ground.store import RunStore
 from flywheel.learning.curation import curate
-from flywheel.stages.results import VersionEval
+from flywheel.run.results import VersionEval
 from flywheel.worlds.followups import ProceduralAsker, follow_up, two_turn_examples
 from judges.verifier import VerifierJudge
 
@@ -278,9 +278,9 @@ def test_the_run_report_gives_each_turns_accuracy():
 
 
 def test_the_arena_export_writes_every_turn_and_rate_reads_it(tmp_path):
+    from flywheel.config.loading import dump_config
     from flywheel.face.battlelog import read_battle_columns
     from flywheel.face.exports import export_arena, write_rows
-    from flywheel.ground.config_io import dump_config
     from flywheel.ground.run_view import RunView
 
     store = RunStore(tmp_path / "run")
@@ -336,8 +336,8 @@ def test_an_llm_asker_writes_one_turn_for_both_sides_through_the_player_interfac
 def test_the_multiturn_recipe_and_its_models_differ_from_the_default_only_in_conversations():
     from pathlib import Path
 
-    from flywheel.ground.config import ModelSpec, WorldConfig
-    from flywheel.ground.config_io import ConfigError, load_config
+    from flywheel.config.loading import ConfigError, load_config
+    from flywheel.config.tree import ModelSpec, WorldConfig
     from flywheel.worlds.tinymodels import fingerprint, pretraining_pool
 
     cfg = load_config(Path(__file__).parents[1] / "flows" / "recipes" / "multiturn.yaml")

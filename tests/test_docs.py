@@ -38,7 +38,7 @@ def test_the_configuration_reference_is_generated_from_the_current_config_models
 def test_the_configuration_reference_names_every_field_of_every_section():
     from pydantic import BaseModel
 
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
 
     text = _reference().render()
     seen: set[type] = set()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from flywheel.arena.evolve import EvolveRequest, evolve
-from flywheel.ground.config import EvolveConfig, FlywheelConfig
+from flywheel.arena.evolved_prompts import EvolveRequest, evolve
+from flywheel.config.tree import EvolveConfig, FlywheelConfig
 from flywheel.ground.records import Battle, EvolvedPrompt, Judgment, Prompt
 from flywheel.ground.store import RunStore
 from flywheel.worlds.evolution import HeldOut, compose, deepen, procedural, solve
@@ -101,8 +101,8 @@ def test_a_run_killed_after_evolving_resumes_with_the_same_evolved_pool(tiny_con
     bandit (restored from its saved state) has the evolved arms, each prompt once in the pool.
     The round is played without models: what comes after evolving is the ordinary resume's
     (test_resume.py)."""
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages import select
-    from flywheel.stages.context import close_run, open_run
     from flywheel.stages.evolve import evolve_prompts
 
     cfg, _ = tiny_config(run__name="evolve", select__evolve={"enabled": True, "per_iteration": 6})
@@ -143,7 +143,7 @@ def test_a_run_killed_after_evolving_resumes_with_the_same_evolved_pool(tiny_con
 def test_a_player_evolver_rewrites_through_the_fake_openai_server(tiny_models_dir, tmp_path):
     """The player evolver gets the in-depth or in-breadth instructions with the parent in them;
     its rewrites join without a reference, a refusal and a copy of an eval prompt do not."""
-    from flywheel.stages.context import Context
+    from flywheel.run.context import Context
     from flywheel.stages.evolve import player_asker
 
     def reply(text: str) -> str:

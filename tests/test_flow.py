@@ -14,7 +14,7 @@ from flywheel.learning.curation import load_dataset_dir
 
 @pytest.fixture(scope="module")
 def finished_run(harness, tiny_models_dir, tmp_path_factory):
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from tests.conftest import tiny_tree
 
     root = tmp_path_factory.mktemp("runs")
@@ -237,7 +237,7 @@ def test_the_report_page_shows_every_section_of_the_run_on_one_offline_page(fini
 
 @pytest.mark.parametrize("policy", ["uniform", "ucb"])
 def test_other_policies_run_end_to_end(harness, tiny_models_dir, tmp_path, policy):
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from tests.conftest import tiny_tree
 
     # --set bandit.policy=<policy> (the section's other name) reaches select.policy
@@ -367,7 +367,7 @@ def test_data_export_formats(finished_run, cli_env, tmp_path, fmt):
 def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finished_run, harness, tiny_models_dir):
     pytest.importorskip("prefect_dask")
     from flows.flywheel_flow import run_flywheel
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, finished_run.root.parent, run__name="dask", run__iterations=1,
@@ -389,7 +389,7 @@ def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finis
 
 # -- several targets: compute allocation ------------------------------------------------------
 def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_models_dir, tmp_path):
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
@@ -449,7 +449,7 @@ def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_mod
     """Two targets from one checkpoint, one learning and one (almost) not: iteration 1 trains
     both on the pooled traces; their validation-loss rates then diverge, the allocation records
     the switch, and iteration 2 trains each on its own traces only."""
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from tests.conftest import tiny_tree
 
     student = str(tiny_models_dir / "student")

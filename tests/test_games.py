@@ -8,12 +8,12 @@ import random
 import pytest
 
 from flywheel.arena.games import play_games
+from flywheel.config.tree import FlywheelConfig
 from flywheel.games.referee import move_token, replay
 from flywheel.games.rules import CONNECT4, TICTACTOE, Position, parse_move, parse_position
-from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.records import Battle, BattleSpec, Generation, JudgedBattle, Judgment, Prompt
 from flywheel.learning.game_curation import curate_games
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 from flywheel.players.reference import MinimaxPlayer, RandomMover
 from judges.game import GameJudge
 
@@ -210,7 +210,7 @@ def test_a_failed_call_makes_the_battle_failed_never_a_loss(tmp_path):
 
 # -- curation ------------------------------------------------------------------------------
 def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
-    from flywheel.ground.config import CurateConfig, GamesConfig
+    from flywheel.config.tree import CurateConfig, GamesConfig
 
     won = battle(EMPTY_TTT, "1 2 3", "4 5", "student@0", "random", "w")  # the target (A) wins
     lost = battle(EMPTY_TTT, "4 7 9", "1 2 3", "random", "student@0", "l")  # the target (B, o) wins
@@ -238,8 +238,8 @@ def test_winners_moves_become_sft_and_differing_moves_dpo_pairs():
 
 
 def test_symmetric_images_of_sft_examples_and_dpo_pairs_skip_held_out_positions():
+    from flywheel.config.tree import CurateConfig, GamesConfig
     from flywheel.games.rules import CONNECT4, parse_position, symmetries
-    from flywheel.ground.config import CurateConfig, GamesConfig
 
     start = "ttt x23456789 o="  # o to move, x in a corner: 4 distinct images (one mirror maps it onto itself)
     good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")
@@ -262,7 +262,7 @@ def test_symmetric_images_of_sft_examples_and_dpo_pairs_skip_held_out_positions(
 
 
 def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_position():
-    from flywheel.ground.config import CurateConfig, GamesConfig
+    from flywheel.config.tree import CurateConfig, GamesConfig
 
     start = "ttt x23456789 o="  # o to move
     good = battle(start, "5 3 7", "2 4", "minimax", "random", "g")  # o (A) takes 5 and wins 3-5-7
@@ -276,8 +276,8 @@ def test_dpo_pairs_put_a_winners_move_against_the_targets_losing_move_in_one_pos
 
 
 def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
+    from flywheel.config.tree import CurateConfig, GamesConfig
     from flywheel.games.rules import CONNECT4
-    from flywheel.ground.config import CurateConfig, GamesConfig
 
     blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # o took 9, x won on 3: block 3
     won = battle(EMPTY_TTT, "1 3 9 6", "2 5 4", "minimax", "student@1", "win")  # o had 2-5-8 and took 4
@@ -303,7 +303,7 @@ def test_a_lost_games_last_move_is_learnt_as_the_rules_correct_it():
 def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
     from datasets import Dataset
 
-    from flywheel.ground.config import CurateConfig, GamesConfig
+    from flywheel.config.tree import CurateConfig, GamesConfig
     from flywheel.stages.train import rules_first
 
     lost_at = "ttt xx34o6789 o="  # x threatens 1-2-3: o must block 3
@@ -332,7 +332,7 @@ def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
 
 
 def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_corrected_in_any_game():
-    from flywheel.ground.config import CurateConfig, GamesConfig
+    from flywheel.config.tree import CurateConfig, GamesConfig
 
     assert ttt("xx-o---o-").tactical_moves() == [3]  # its own win first
     assert ttt("xx--o----", "o").tactical_moves() == [3]  # no win: the block of the only threat
@@ -363,7 +363,7 @@ def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_co
 # -- self-play -----------------------------------------------------------------------------
 def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
     from flywheel.arena.selection import SELF, SelectionRound, Selector, feedback, opponent_arms, plan_round
-    from flywheel.ground.config import SelectConfig
+    from flywheel.config.tree import SelectConfig
 
     cfg = SelectConfig(self_play=True, opponents="uniform", prompt_floor=1.0)
     pool = {"tictactoe/L1": [Prompt(f"p{i}", EMPTY_TTT, "tictactoe", 1) for i in range(5)]}
@@ -384,7 +384,7 @@ def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
 
 
 def test_games_config_is_checked_together():
-    from flywheel.ground.config_io import ConfigError, load_config
+    from flywheel.config.loading import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="world.kind games and judge.kind game"):
         load_config(None, ["world.kind=games"])

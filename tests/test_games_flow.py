@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from flows.flywheel_flow import flywheel
+from flywheel.config.tree import FlywheelConfig
 from flywheel.games.rules import parse_position
-from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.store import RunStore
 from flywheel.learning.curation import load_dataset_dir
 

@@ -143,7 +143,7 @@ def test_two_cautious_bots_outrank_two_random_movers_on_20_decks(tmp_path):
     mean scores on the same decks do."""
     from flywheel.arena.game_scores import team_scores
     from flywheel.arena.hanabi_play import play_hanabi
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.store import RunStore
     from flywheel.maths.leaderboard import board
     from flywheel.worlds.game_pools import game_splits
@@ -176,8 +176,8 @@ def _battle(deal: str, a: str, b: str, ra: str, rb: str, bid: str = "x") -> Batt
 
 
 def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
+    from flywheel.config.tree import GamesConfig
     from flywheel.games.hanabi_knowledge import fault
-    from flywheel.ground.config import GamesConfig
     from flywheel.learning.hanabi_curation import better_move, curate_hanabi
 
     deal = new_deal(SMALL, random.Random(5))
@@ -217,7 +217,7 @@ def test_curation_learns_the_winning_teams_moves_and_corrects_misplays():
 def test_a_lucky_gamble_is_corrected_not_learnt_as_it_was_made():
     """A target's play of a card nobody told it of that happened to be playable (a gamble) is a
     rules correction, even in the winning team; a play its hints prove playable is no gamble."""
-    from flywheel.ground.config import GamesConfig
+    from flywheel.config.tree import GamesConfig
     from flywheel.learning.hanabi_curation import curate_hanabi
 
     st = small_deal("r1", "y2", "r3", "y1", "y1", "r2")  # seat 0 holds r1 in slot 1, untold
@@ -253,7 +253,7 @@ def test_an_empty_hint_is_a_fault_and_a_beaten_target_learns_the_winners_answer_
     """A hint that tells the next seat nothing new is a fault; where the target's team lost to a
     team with a rule-based partner (``references``), each view the target read gets that partner's
     move there (not only the views of the winner's own game)."""
-    from flywheel.ground.config import GamesConfig
+    from flywheel.config.tree import GamesConfig
     from flywheel.learning.hanabi_curation import curate_hanabi
 
     st = small_deal("r1", "y2", "r3", "y1", "y1", "r2")

@@ -5,11 +5,11 @@ same when only the seat's own cards change, and the option that also reads them 
 import random
 from dataclasses import replace
 
+from flywheel.config.tree import GamesConfig
 from flywheel.games.hanabi import Setup, State
 from flywheel.games.hanabi_knowledge import could_be, fault, known_fault, sight
 from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.hanabi_referee import deal_text, new_deal, parse_deal
-from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle
 from flywheel.learning.hanabi_curation import better_move, curate_hanabi
 from judges.game import GameJudge

@@ -8,19 +8,19 @@ import re
 
 import pytest
 
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.parts import JudgeConfig, PlayerConfig, VerifierConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import ConfigError, load_config
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, VerifierConfig
 from flywheel.ground.records import Battle
 from flywheel.ground.store import RunStore
 from flywheel.players import create_player
 from flywheel.players.api import RetryPolicy
-from judges.base import pair_battle
 from judges.custom import load_custom
 from judges.diagnostics import diagnose
 from judges.hybrid import HybridJudge
 from judges.llm import LLMJudge, parse_verdict
+from judges.pairwise import pair_battle
 from judges.panel import PanelJudge, cohen_kappa, fleiss_kappa
 from judges.verifier import VerifierJudge
 from tests.fakeapi import FakeAPI, fenced_blocks, judge_reply, solve

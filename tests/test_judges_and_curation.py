@@ -1,4 +1,4 @@
-from flywheel.ground.config import CurateConfig
+from flywheel.config.tree import CurateConfig
 from flywheel.ground.records import Battle, Judgment
 from flywheel.learning.curation import curate
 from judges.verifier import VerifierJudge

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from flywheel.config.loading import dump_config, load_config
 from flywheel.ground.atomic import atomic_write_text
-from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import Battle, JudgedBattle, Judgment
 from flywheel.ground.store import RunStore
 from flywheel.maths.length_control import COLUMNS, LCOptions, Versus, against, features, lc_rows, length_controlled

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from flywheel.ground.config import ModelSpec, WorldConfig
+from flywheel.config.tree import ModelSpec, WorldConfig
 from flywheel.players import SamplingParams, create_player
 from flywheel.players.registry import resolve
 from flywheel.worlds.tasks import build_suite
@@ -64,7 +64,7 @@ def test_the_shipped_demo_models_are_what_the_embedded_default_would_pre_train_n
     embedded world would build it with today, or a run pre-trains it anew (and the demo's table
     then depends on this machine's floats again). Stale after a change to the world or the
     pre-training: refresh with ``flywheel bootstrap --force --set world.models_dir=data/shipped-models``."""
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.worlds.tinymodels import _stale, fingerprint
 
     shipped = Path(__file__).resolve().parent.parent / "data" / "shipped-models"

@@ -9,7 +9,7 @@ import pytest
 from datasets import Dataset
 
 from flywheel.arena.own_answers import sample_groups
-from flywheel.ground.config import TrainConfig
+from flywheel.config.tree import TrainConfig
 from flywheel.learning.onpolicy import (
     Group,
     PromptPosterior,
@@ -20,8 +20,8 @@ from flywheel.learning.onpolicy import (
 )
 from flywheel.learning.rl import RLPhase
 from flywheel.learning.training import TrainJob, train_version
-from flywheel.players.base import SamplingParams
 from flywheel.players.hf import TransformersPlayer
+from flywheel.players.player import SamplingParams
 from tests.test_training import changed
 
 
@@ -186,8 +186,8 @@ def test_a_tiny_model_samples_k_different_answers_per_prompt(tiny_models_dir):
 def run_stages(tiny_models_dir, tmp_path, name, **over):
     """A tiny run's stages in this process, without a Prefect server (the flow's own tests run it
     through Prefect): the run directory."""
-    from flywheel.ground.config import FlywheelConfig
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.config.tree import FlywheelConfig
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
     from tests.conftest import tiny_tree
 
@@ -282,7 +282,7 @@ def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(
 
 
 def test_learning_on_every_train_prompt_needs_a_reward_that_reads_the_prompt_alone():
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
 
     FlywheelConfig(train={"method": "sft+expert", "rl": {"prompts": "train"}})  # the verifier: fine
     with pytest.raises(ValueError, match="train.rl.prompts train: the judge reward compares an answer with the "

@@ -7,12 +7,12 @@ import json
 
 import pytest
 
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import read_json
-from flywheel.ground.config import FlywheelConfig
-from flywheel.stages.context import close_run, open_run
+from flywheel.run.context import close_run, open_run
+from flywheel.run.results import EvalResult, Validation, VersionEval
 from flywheel.stages.iteration import run_to
 from flywheel.stages.promote import promote_versions
-from flywheel.stages.results import EvalResult, Validation, VersionEval
 from flywheel.stages.train import training_data
 from tests.conftest import tiny_tree
 
@@ -66,7 +66,7 @@ def test_promotion_margin_and_always(tiny_models_dir, tmp_path):
 def ruined_run(tiny_models_dir, tmp_path_factory):
     """Two iterations whose training destroys the model (learning rate 50): neither new version
     may replace the pre-trained one, which keeps playing and is trained on again."""
-    from flywheel.ground.config import ModelSpec, WorldConfig
+    from flywheel.config.tree import ModelSpec, WorldConfig
     from flywheel.worlds.tinymodels import bootstrap
     from tests.conftest import TINY_TASKS
 

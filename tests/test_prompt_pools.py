@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.worlds.prompts import ingest
 from flywheel.worlds.world import prompt_pools, world_pools
 

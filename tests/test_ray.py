@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flywheel.ground.config import RunConfig
+from flywheel.config.tree import RunConfig
 from flywheel.ground.store import RunStore
 from tests.conftest import stop, tiny_tree
 from tests.golden import before_training, digest, weights_digest

@@ -48,7 +48,7 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
 
-    from flywheel.ground.config import TrainConfig
+    from flywheel.config.tree import TrainConfig
     from flywheel.ground.records import Prompt
     from flywheel.learning.training import TrainJob, train_version
     from flywheel.players import SamplingParams, create_player

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from flywheel.config.loading import dump_config, load_config
 from flywheel.face.cli import app
 from flywheel.face.report_page import SECTIONS
 from flywheel.ground.atomic import atomic_write_text
-from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.store import RunStore
 

@@ -93,7 +93,7 @@ def test_a_run_killed_three_ways_resumes_without_losses_or_duplicates(tiny_confi
 def straight_plans(tiny_config) -> list[list[str]]:
     """The battle ids that the killed run's config plans in iterations 1 and 2 when never
     interrupted: run in this process, without Prefect (run_to is what the flow runs too)."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
 
     straight, _ = tiny_config(run__name="straight", select__battles_per_iteration=96, run__shard_size=24)

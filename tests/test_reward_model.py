@@ -11,9 +11,9 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForSequenceClassification, set_seed
 
-from flywheel.ground.config import JudgeConfig, TrainConfig
+from flywheel.config.tree import JudgeConfig, TrainConfig
 from flywheel.ground.records import Battle
-from flywheel.learning.reward_model import pair_accuracy, train_reward_model
+from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from judges.build import build_judge
 from judges.reward_model import RewardModelJudge, bt_margin
 from judges.reward_scorer import RewardScorer
@@ -140,7 +140,7 @@ def test_bt_margin_is_the_confidence_beyond_a_coin_flip():
 def test_a_reward_model_judge_needs_the_path_of_a_reward_model():
     from pydantic import ValidationError
 
-    from flywheel.ground.config_io import ConfigError, load_config
+    from flywheel.config.loading import ConfigError, load_config
 
     with pytest.raises(ValidationError, match="kind reward_model needs judge.reward_model"):
         JudgeConfig(kind="reward_model")

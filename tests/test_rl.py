@@ -6,12 +6,12 @@ import json
 import pytest
 from datasets import Dataset
 
-from flywheel.ground.config import FlywheelConfig, JudgeConfig, RLConfig, TrainConfig
+from flywheel.config.tree import FlywheelConfig, JudgeConfig, RLConfig, TrainConfig
 from flywheel.learning.judge_rewards import build_reward, function_reward, judge_reward, verifier_reward
 from flywheel.learning.rl import RLPhase, RolloutLog, with_advantages
 from flywheel.learning.training import TrainJob, train_version
-from judges.base import PairwiseJudge
 from judges.build import build_verifier
+from judges.pairwise import PairwiseJudge
 from tests.test_training import changed
 
 PROMPTS = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
@@ -206,7 +206,7 @@ def run_tiny(tiny_models_dir, tmp_path, name, **over):
     import yaml
 
     from flows.flywheel_flow import flywheel
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from tests.conftest import tiny_tree
 
     path = tmp_path / f"{name}.yaml"

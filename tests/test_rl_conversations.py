@@ -8,13 +8,13 @@ import shutil
 
 from transformers import AutoTokenizer
 
+from flywheel.config.tree import RL_METHODS, FlywheelConfig, JudgeConfig
 from flywheel.ground.chat import raw_prompt
-from flywheel.ground.config import RL_METHODS, FlywheelConfig, JudgeConfig
 from flywheel.ground.conversation import decode, encode, plain
 from flywheel.ground.records import Battle, BattleSpec, Judgment, Prompt, base_name
 from flywheel.ground.store import RunStore
 from flywheel.learning.judge_rewards import judge_reward, model_reward, verifier_reward
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.worlds.followups import ProceduralAsker, follow_up
 from judges.build import build_verifier
@@ -191,7 +191,7 @@ def test_a_tiny_two_turn_run_learns_with_sft_then_grpo_on_both_turns(tiny_models
     """A real run: two-turn battles with the procedural asker, then SFT and GRPO (verifier reward).
     Its rollouts hold turn-2 answers, asked after the target's own turn-1 answers, each row saying
     its turn; no eval or validation task is among them."""
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
     from flywheel.learning.curation import load_dataset_dir
     from flywheel.worlds.world import world_pools
     from tests.test_rl import run_tiny
@@ -223,7 +223,7 @@ def test_a_tiny_two_turn_run_learns_with_sft_then_grpo_on_both_turns(tiny_models
 def test_the_multiturn_rl_recipe_is_the_multiturn_recipe_with_grpo_in_its_last_iteration():
     from pathlib import Path
 
-    from flywheel.ground.config_io import load_config
+    from flywheel.config.loading import load_config
 
     recipes = Path(__file__).parents[1] / "flows" / "recipes"
     both, talk = (load_config(recipes / f"{n}.yaml") for n in ("multiturn_rl", "multiturn"))

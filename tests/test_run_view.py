@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from flywheel.config.loading import dump_config, load_config
 from flywheel.face.cli import app
 from flywheel.ground import run_view
 from flywheel.ground.atomic import atomic_write_text
-from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.store import RunStore
 

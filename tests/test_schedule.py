@@ -14,9 +14,9 @@ import httpx
 import pytest
 import yaml
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.store import RunLockedError, RunStore
-from flywheel.stages.context import open_run
+from flywheel.run.context import open_run
 from tests.conftest import start_prefect_server, stop, tiny_tree
 
 FLYWHEEL = str(Path(sys.executable).parent / "flywheel")

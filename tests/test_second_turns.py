@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from flywheel.ground.config import FlywheelConfig
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.conversation import decode
 from flywheel.ground.store import RunStore
 from flywheel.maths.proportions import wilson
@@ -82,10 +82,10 @@ def test_a_tiny_two_turn_run_reports_turn_2_both_ways_per_model_with_intervals(t
     from benchmarks.conversations import main, paired_runs
     from flywheel.face.queries import TURNS_HEADING, result_text
     from flywheel.ground.run_view import RunView
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
+    from flywheel.run.metrics import player_points
+    from flywheel.run.results import VersionEval
     from flywheel.stages.iteration import run_to
-    from flywheel.stages.metrics import player_points
-    from flywheel.stages.results import VersionEval
     from tests.conftest import tiny_tree
 
     tree = tiny_tree(tmp_path / "no-models", tmp_path / "runs", run__name="talk", run__iterations=1,

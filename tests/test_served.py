@@ -16,10 +16,10 @@ import httpx
 import pytest
 import yaml
 
-from flywheel.ground.config import ServeConfig
-from flywheel.players.base import SamplingParams
+from flywheel.config.tree import ServeConfig
 from flywheel.players.hf import TransformersPlayer
 from flywheel.players.openai_player import OpenAIPlayer
+from flywheel.players.player import SamplingParams
 from flywheel.players.server import base_url, start, stop
 from flywheel.worlds.tasks import build_suite
 from tests.conftest import free_port, tiny_tree
@@ -190,7 +190,7 @@ def test_served_players_are_asked_for_their_paths_as_their_weights_read(tiny_mod
     """What a run resolves for openai players that name a path and no model: each target version
     asked for by its checkpoint folder, the judge's model by its own path, both in raw text (the
     tiny models have no chat template); a player with a model name keeps it and chats."""
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.store import RunStore
     from flywheel.worlds.world import Roster
 

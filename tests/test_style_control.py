@@ -14,11 +14,11 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.style_control import simulate
+from flywheel.config.loading import dump_config, load_config
 from flywheel.face.battlelog import BattleLogError, read_battle_columns
 from flywheel.face.cli import app
 from flywheel.face.exports import export_arena
 from flywheel.ground.atomic import atomic_write_text
-from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.run_view import RunView
 from flywheel.ground.store import RunStore

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from flywheel.ground.config import CurateConfig
+from flywheel.config.tree import CurateConfig
 from flywheel.ground.records import Battle
 from flywheel.ground.style import style_of
 from flywheel.learning.curation import curate
@@ -117,7 +117,7 @@ def test_a_judge_without_a_taste_for_length_loses_almost_no_data():
 def test_style_control_in_a_games_world_is_refused_by_name():
     from pathlib import Path
 
-    from flywheel.ground.config_io import ConfigError, load_config
+    from flywheel.config.loading import ConfigError, load_config
 
     recipe = Path(__file__).parents[1] / "flows" / "recipes" / "tictactoe.yaml"
     with pytest.raises(ConfigError) as e:

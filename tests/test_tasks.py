@@ -39,7 +39,7 @@ def test_train_and_eval_never_overlap_and_are_deterministic():
 def test_no_prompt_is_in_two_splits():
     """train (battles), validation (steers the run) and eval (reported only) are disjoint, also for
     the splits a run uses (flywheel.worlds.world) and for the tiny models' pre-training pool."""
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.worlds.world import prompt_pools
 
     train, evals, validation = prompt_pools(FlywheelConfig().world.tasks)
@@ -68,7 +68,7 @@ def test_twins_are_one_meaning_and_other_texts_mean_themselves():
 def test_no_meaning_is_in_two_splits_on_any_suite():
     """Held out by meaning, not by string: no eval or validation prompt has a twin (``b+a`` for
     ``a+b``, an anagram to sort or count) in another split, on the default suite and others."""
-    from flywheel.ground.config import TaskSuiteConfig
+    from flywheel.config.tree import TaskSuiteConfig
     from flywheel.worlds.tasks import meaning
     from flywheel.worlds.world import prompt_pools
 

@@ -12,8 +12,8 @@ import pytest
 
 from flywheel.arena import teaching
 from flywheel.arena.teaching import LessonPlan, TeachingRound
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.chat import history_of, messages, raw_prompt
-from flywheel.ground.config import FlywheelConfig
 from flywheel.ground.records import Generation, Lesson, Prompt
 from flywheel.ground.store import RunStore
 
@@ -34,7 +34,7 @@ def _config(root, **teach) -> FlywheelConfig:
 
 @pytest.fixture
 def ctx(tmp_path):
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
 
     c = open_run(_config(tmp_path / "runs"))
     yield c
@@ -127,7 +127,7 @@ def test_best_lessons_take_the_largest_lift_once_per_sibling_and_target():
 def test_a_teaching_round_killed_anywhere_resumes_with_nothing_lost_or_doubled(tmp_path):
     """Killed after the lessons' file (before the bandits learnt), or before it: the resumed round
     writes the same lessons, the bandits learn them once, and the answers come from the cache."""
-    from flywheel.stages.context import close_run, open_run
+    from flywheel.run.context import close_run, open_run
     from flywheel.stages.teach import teach_round
 
     def run(root, kill=None):
@@ -186,7 +186,7 @@ def test_api_players_send_the_example_as_earlier_turns(monkeypatch):
     from tests.fakeapi import FakeAPI
     from tests.test_api_players import anthropic_player, openai_player
 
-    from flywheel.players.base import SamplingParams
+    from flywheel.players.player import SamplingParams
 
     shot = teaching.one_shot(Prompt("e", "3+5=", "add", 1, "8"), "8", Prompt("s", "4+2=", "add", 1, "6"))
     want = [{"role": "user", "content": "3+5="}, {"role": "assistant", "content": "8"},

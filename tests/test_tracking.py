@@ -42,7 +42,7 @@ def test_tracking_without_mlflow_installed_names_the_extra(tmp_path, monkeypatch
 
 
 def test_the_store_check_writes_nothing_and_names_why_a_store_cannot_be_used(tmp_path, monkeypatch):
-    from flywheel.ground.config import TrackingConfig
+    from flywheel.config.tree import TrackingConfig
     from flywheel.ground.tracking import tracking_problems
 
     def check(uri: str | None) -> list[str]:

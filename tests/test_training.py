@@ -5,7 +5,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 
-from flywheel.ground.config import TrainConfig
+from flywheel.config.tree import TrainConfig
 from flywheel.learning.training import TrainJob, train_version
 
 SFT = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 4,
@@ -72,10 +72,10 @@ def test_keep_adapter_saves_a_lora_adapter_and_training_continues_from_it(tiny_m
 def test_the_train_stage_through_accelerate_launch(tiny_models_dir, tmp_path):
     """`train.launcher: accelerate` runs the same TRL code path under `accelerate launch` (here
     --cpu, one process); the version it saves is the one the next iteration plays."""
-    from flywheel.ground.config import FlywheelConfig
+    from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.records import DPOPair, SFTExample
     from flywheel.learning.curation import DPO_COLUMNS, SFT_COLUMNS, save_dataset
-    from flywheel.stages.context import open_run
+    from flywheel.run.context import open_run
     from flywheel.stages.train import train_targets
     from tests.conftest import tiny_tree
 
@@ -112,7 +112,7 @@ def test_arguments_built_for_a_cuda_machine_do_not_force_the_cpu():
 
 
 def test_max_length_and_trl_fields_come_from_config(tiny_models_dir):
-    from flywheel.ground.config_io import ConfigError, load_config
+    from flywheel.config.loading import ConfigError, load_config
     from flywheel.learning.training import max_length
 
     model = AutoModelForCausalLM.from_pretrained(tiny_models_dir / "student")

@@ -12,7 +12,7 @@ from flywheel.ground.progress import Progress
 from flywheel.ground.records import Battle, BattleSpec, Prompt
 from flywheel.ground.store import RunStore
 from flywheel.worlds.world import Roster
-from judges.base import PairwiseJudge
+from judges.pairwise import PairwiseJudge
 
 log = logging.getLogger("flywheel")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from flywheel.games.referee import move_token
 from flywheel.games.rules import Position, parse_move, parse_position
 from flywheel.ground.records import Battle, BattleSpec, Prompt, stable_id
-from flywheel.players.base import SamplingParams
+from flywheel.players.player import SamplingParams
 
 
 @dataclass

@@ -20,7 +20,7 @@ from flywheel.ground.records import Prompt
 from flywheel.ground.row_files import read_jsonl
 from flywheel.learning.onpolicy import Group, PromptPosterior, cell_of, pick
 from flywheel.learning.rl import Scorer, finite, scored_safely
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.player import Player, SamplingParams
 
 log = logging.getLogger("flywheel")
 

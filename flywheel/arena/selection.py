@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from flywheel.ground.config import SelectConfig
+from flywheel.config.tree import SelectConfig
 from flywheel.ground.records import (
     SCORE_A,
     Battle,

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from flywheel.ground.config import TeachingConfig
+from flywheel.config.tree import TeachingConfig
 from flywheel.ground.conversation import encode
 from flywheel.ground.records import Generation, Lesson, Prompt, SFTExample, base_name, stable_id
 from flywheel.maths.bandits import Bandit

@@ -11,9 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from flywheel.arena.selection import GAMES_HAVE_NO_VALIDATION_ANSWERS
-from flywheel.games.hanabi import Setup
-from flywheel.ground.chat import template_of
-from flywheel.ground.config import (
+from flywheel.config.tree import (
     PROCEDURAL,
     RL_METHODS,
     RUNNER_MODULES,
@@ -22,6 +20,8 @@ from flywheel.ground.config import (
     PlayerConfig,
     runner_needs,
 )
+from flywheel.games.hanabi import Setup
+from flywheel.ground.chat import template_of
 from flywheel.ground.tracking import tracking_problems
 from flywheel.players.registry import resolve
 from flywheel.worlds.realmodels import KNOWN

@@ -11,6 +11,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from flywheel.arena.generation import CallsFailed
+from flywheel.config.loading import ConfigError, dump_config, load_config, parse_overrides
+from flywheel.config.tree import FlywheelConfig
 from flywheel.face import queries
 from flywheel.face.battlelog import BattleLogError, consistency, read_reference
 from flywheel.face.checks import problems
@@ -22,8 +24,6 @@ from flywheel.face.cli_report import report_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import atomic_write_text, read_json
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import ConfigError, dump_config, load_config, parse_overrides
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.learning.rl import RewardsFailed
 from flywheel.maths.ratings import Rating

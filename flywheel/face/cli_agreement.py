@@ -13,20 +13,20 @@ from typing import Annotated, Any
 
 import typer
 
+from flywheel.config.loading import ConfigError, load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.face.checks import judge_problems
 from flywheel.face.cli_data import Format, fail
 from flywheel.ground import reports
 from flywheel.ground.cache import KeyValueCache
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import ConfigError, load_config
 from flywheel.ground.records import Judgment
 from flywheel.worlds.prompts import bad_rows_message
 from flywheel.worlds.votes import Vote, VoteLogError, read_votes
 from flywheel.worlds.world import JudgeRoster
 from judges.agreement import COLUMNS, HOW, HumanVerdict, by_category, by_tier, tally
-from judges.base import PairwiseJudge
 from judges.build import build_judge
 from judges.cascade import CascadeJudge
+from judges.pairwise import PairwiseJudge
 
 # Judges that cannot decide a human vote's battle, and why.
 CANNOT = {"verifier": "checks answers against a reference, and human votes have none",

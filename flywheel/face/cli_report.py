@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
+from flywheel.config.loading import ConfigError
 from flywheel.face.cli_data import RUNTIME, fail, open_run
 from flywheel.face.report_page import write_report
-from flywheel.ground.config_io import ConfigError
 
 
 def report_cmd(

@@ -15,9 +15,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from flywheel.config.loading import load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import read_json
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import load_config
 from flywheel.ground.records import Battle, BattleSpec, JudgedBattle, Judgment
 from flywheel.ground.store import RunStore, iter_name
 

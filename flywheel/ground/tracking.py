@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
+from flywheel.config.tree import TrackingConfig
 from flywheel.ground.atomic import atomic_write_json, read_json
-from flywheel.ground.config import TrackingConfig
 from flywheel.ground.store import RunStore
 
 log = logging.getLogger("flywheel")

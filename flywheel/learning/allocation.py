@@ -35,7 +35,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from flywheel.ground.config import AllocateConfig
+from flywheel.config.tree import AllocateConfig
 
 
 @dataclass(frozen=True)

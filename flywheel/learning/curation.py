@@ -6,10 +6,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.config.tree import CurateConfig
 from flywheel.ground.atomic import atomic_write_dir, atomic_write_text
 from flywheel.ground.cards import hub_card, parquet_config
 from flywheel.ground.chat import TEXT_COLUMNS, assistant, messages
-from flywheel.ground.config import CurateConfig
 from flywheel.ground.conversation import decode, encode, first_differing_turn, plain
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name
 from flywheel.learning.style_filter import style_explained

@@ -41,9 +41,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
+from flywheel.config.tree import CurateConfig, GamesConfig
 from flywheel.games.referee import Ply, replay
 from flywheel.games.rules import parse_position, symmetries
-from flywheel.ground.config import CurateConfig, GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 from flywheel.learning.curation import Curated, decisive, dpo_pair, sft_example
 

@@ -32,11 +32,11 @@ fact misplays, the discard of a card that is in fact critical: ``State.fault``).
 
 from __future__ import annotations
 
+from flywheel.config.tree import GamesConfig
 from flywheel.games.hanabi import State, move_words, parse_view
 from flywheel.games.hanabi_knowledge import fault
 from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.hanabi_referee import replay_duplicate, seats
-from flywheel.ground.config import GamesConfig
 from flywheel.ground.records import Battle, DPOPair, Judgment, SFTExample, base_name, stable_id
 from flywheel.learning.curation import Curated, dpo_pair, sft_example
 

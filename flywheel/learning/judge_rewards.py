@@ -20,8 +20,8 @@ from collections.abc import Callable
 from flywheel.ground.chat import prompt_as_read
 from flywheel.ground.conversation import Message, decode, plain
 from flywheel.learning.rl import Scored, Scorer
-from judges.base import PairwiseJudge, conversation_pair, pair_battle
 from judges.build import build_verifier
+from judges.pairwise import PairwiseJudge, conversation_pair, pair_battle
 from judges.reward_scorer import RewardScorer
 from judges.verifier import VerifierJudge, load_callable
 

@@ -10,9 +10,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from flywheel.config.tree import TrainConfig
 from flywheel.ground import progress
 from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
-from flywheel.ground.config import TrainConfig
 from flywheel.learning.rl import (
     RecordedReward,
     RewardsFailed,

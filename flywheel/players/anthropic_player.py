@@ -12,8 +12,8 @@ from flywheel.ground.chat import history_of
 from flywheel.ground.chat import messages as chat_messages
 from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
-from flywheel.players.base import SamplingParams
 from flywheel.players.openai_player import _API_KWARGS, api_key
+from flywheel.players.player import SamplingParams
 
 
 class AnthropicPlayer(APIPlayer):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from flywheel.ground.ledger import SpendLedger
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 
 
 class MalformedResponse(Exception):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from flywheel.ground.conversation import Message
 from flywheel.ground.records import Prompt, stable_id
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.player import Player, SamplingParams
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import torch
 from flywheel.ground.chat import cut_at_stop, history_of, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.ground.checkpoints import load_checkpoint
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, SamplingParams
+from flywheel.players.player import Player, SamplingParams
 
 # Loading (transformers initialises weights on the meta device through process-wide state) and
 # generation (the global RNG when sampling) are not safe in concurrent threads, and a local model

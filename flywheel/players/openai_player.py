@@ -14,7 +14,7 @@ from flywheel.ground.chat import history_of, raw_prompt
 from flywheel.ground.chat import messages as chat_messages
 from flywheel.ground.records import Prompt
 from flywheel.players.api import APIPlayer, Completion, MalformedResponse
-from flywheel.players.base import SamplingParams
+from flywheel.players.player import SamplingParams
 
 
 def api_key(env: str | None, player: str, required: bool) -> str:

@@ -16,7 +16,7 @@ from flywheel.games.hanabi import View, is_view, parse_view
 from flywheel.games.hanabi_policy import cautious_move
 from flywheel.games.rules import Position, other, parse_position
 from flywheel.ground.records import Generation, Prompt, stable_id
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 
 WIN = 1_000_000
 

@@ -8,7 +8,7 @@ import difflib
 import importlib
 from typing import Any
 
-from flywheel.players.base import Player
+from flywheel.players.player import Player
 
 PLAYER_KINDS: dict[str, str] = {
     "transformers": "flywheel.players.hf:TransformersPlayer",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 
 
 def wrong_answer(reference: str) -> str:

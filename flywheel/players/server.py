@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from flywheel.ground.config import ServeConfig
+from flywheel.config.tree import ServeConfig
 
 
 class ServerError(Exception):

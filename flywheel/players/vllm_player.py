@@ -9,7 +9,7 @@ import time
 
 from flywheel.ground.chat import cut_at_stop, history_of, messages, note_raw_text, raw_prompt, uses_chat
 from flywheel.ground.records import Generation, Prompt
-from flywheel.players.base import Player, PlayerSetup, SamplingParams
+from flywheel.players.player import Player, PlayerSetup, SamplingParams
 
 
 class VLLMPlayer(Player):

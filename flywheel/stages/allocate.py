@@ -10,8 +10,8 @@ import numpy as np
 
 from flywheel.ground.records import versioned
 from flywheel.learning.allocation import Allocation, allocate
-from flywheel.stages.context import Context, read_stage, stage
-from flywheel.stages.results import TrainResult
+from flywheel.run.context import Context, read_stage, stage
+from flywheel.run.results import TrainResult
 
 
 @stage("allocate", Allocation)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from flywheel.arena.battles import play_batch
 from flywheel.ground.records import Battle
-from flywheel.stages.context import Context, stage, worker_context
-from flywheel.stages.results import BattleResult
+from flywheel.run.context import Context, stage, worker_context
+from flywheel.run.results import BattleResult
 
 
 def shard_count(ctx: Context, k: int, rnd: int) -> int:

@@ -15,8 +15,8 @@ from flywheel.learning.game_curation import curate_games
 from flywheel.learning.hanabi_curation import LABELS as HANABI_LABELS
 from flywheel.learning.hanabi_curation import RULES as HANABI_RULES
 from flywheel.learning.hanabi_curation import curate_hanabi
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import CurateResult
+from flywheel.run.context import Context, stage
+from flywheel.run.results import CurateResult
 from flywheel.stages.teach import taught_sft
 
 

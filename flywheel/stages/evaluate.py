@@ -22,11 +22,11 @@ from flywheel.ground.records import SCORE_A, BattleSpec, JudgedBattle, stable_id
 from flywheel.ground.store import iter_name
 from flywheel.maths.active_eval import choose_round, ci_widths, fit_with_cov, uncertain_neighbours
 from flywheel.maths.leaderboard import board
-from flywheel.players.base import ScoresReferences
-from flywheel.stages.context import Context, stage
+from flywheel.players.player import ScoresReferences
+from flywheel.run.context import Context, stage
+from flywheel.run.results import EvalResult, Validation, VersionEval
 from flywheel.stages.evaluate_hanabi import evaluate_hanabi
 from flywheel.stages.evaluate_turns import second_turns
-from flywheel.stages.results import EvalResult, Validation, VersionEval
 
 
 @stage("evaluate", EvalResult, publishes="leaderboard")

@@ -27,8 +27,8 @@ from flywheel.ground.records import BattleSpec, JudgedBattle, base_name, stable_
 from flywheel.ground.reports import SCORE_COLUMNS
 from flywheel.ground.store import iter_name
 from flywheel.maths.leaderboard import board
-from flywheel.stages.context import Context
-from flywheel.stages.results import EvalResult, Validation, VersionEval
+from flywheel.run.context import Context
+from flywheel.run.results import EvalResult, Validation, VersionEval
 from flywheel.worlds.game_pools import hanabi_setup
 
 

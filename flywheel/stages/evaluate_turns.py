@@ -16,8 +16,8 @@ from flywheel.ground.atomic import atomic_write_json, read_json
 from flywheel.ground.conversation import Message
 from flywheel.ground.store import iter_name
 from flywheel.maths.proportions import wilson
-from flywheel.stages.context import Context
-from flywheel.stages.results import SecondTurn, TurnAccuracy
+from flywheel.run.context import Context
+from flywheel.run.results import SecondTurn, TurnAccuracy
 
 FIXED_TURNS = "eval-second-turns.json"
 

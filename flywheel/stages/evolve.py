@@ -7,11 +7,11 @@ the same prompts twice), so a resumed run has the same evolved pool."""
 from __future__ import annotations
 
 from flywheel.arena.battles import generate_cached
-from flywheel.arena.evolve import EvolveRequest, arm_yields, choose_parents, evolve, top_arms
-from flywheel.ground.config import PROCEDURAL
+from flywheel.arena.evolved_prompts import EvolveRequest, arm_yields, choose_parents, evolve, top_arms
+from flywheel.config.tree import PROCEDURAL
 from flywheel.ground.records import Prompt
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import EvolveResult
+from flywheel.run.context import Context, stage
+from flywheel.run.results import EvolveResult
 from flywheel.worlds.evolution import HeldOut
 
 

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from flywheel.learning.allocation import Allocation
+from flywheel.run.context import Context, read_stage
+from flywheel.run.results import IterationSummary
+from flywheel.run.summary import completed_iterations, record_iteration
 from flywheel.stages import (allocate, battle, curate, evaluate, evolve, judge, merge, promote, rate, select, teach,
                              train)
-from flywheel.stages.context import Context, read_stage
-from flywheel.stages.results import IterationSummary
-from flywheel.stages.summary import completed_iterations, record_iteration
 
 T = TypeVar("T")
 Shard = Callable[[str, int, int, int], int]

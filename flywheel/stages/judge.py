@@ -9,9 +9,9 @@ from flywheel.arena.battles import judge_batch
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.store import iter_name
+from flywheel.run.context import Context, cascade_guard_stage, stage, worker_context
+from flywheel.run.results import JudgeResult
 from flywheel.stages.battle import shard_count
-from flywheel.stages.context import Context, cascade_guard_stage, stage, worker_context
-from flywheel.stages.results import JudgeResult
 from judges.build import build_verifier
 from judges.cascade import CascadeJudge
 from judges.cascade_report import low_agreement, tier_figures

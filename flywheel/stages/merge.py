@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from flywheel.ground.records import versioned
 from flywheel.learning import merging
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import MergeGroup, MergeResult, VersionEval
+from flywheel.run.context import Context, stage
+from flywheel.run.results import MergeGroup, MergeResult, VersionEval
 from flywheel.stages.train import serve_adapter
 
 

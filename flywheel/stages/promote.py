@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 
 from flywheel.ground.records import versioned
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import PromoteResult, Promotion
+from flywheel.run.context import Context, stage
+from flywheel.run.results import PromoteResult, Promotion
 
 log = logging.getLogger("flywheel")
 

@@ -6,8 +6,8 @@ from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import base_name, team_members
 from flywheel.ground.store import iter_name
 from flywheel.maths.leaderboard import board, columns, online_elo
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import RateResult
+from flywheel.run.context import Context, stage
+from flywheel.run.results import RateResult
 
 
 @stage("rate", RateResult)

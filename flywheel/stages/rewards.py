@@ -10,7 +10,7 @@ from flywheel.arena import selection
 from flywheel.arena.battles import cached_answers
 from flywheel.arena.selection import arm_of
 from flywheel.ground.records import JudgedBattle, versioned
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 from judges.build import build_verifier
 
 

@@ -20,7 +20,7 @@ from flywheel.arena.conversations import turn_prompt
 from flywheel.ground.chat import prompt_as_read
 from flywheel.ground.conversation import Message, decode, encode, plain
 from flywheel.ground.records import SCORE_A, Battle, Prompt, base_name
-from flywheel.stages.context import Context
+from flywheel.run.context import Context
 
 # The dataset columns a conversation adds to every row (each row has them when any row is a
 # conversation's): the 1-based user turn, the earlier messages (JSON, each user turn with its

@@ -1,44 +1,21 @@
 """select: the bandits choose one round of train battles (prompt cells x opponents) per target,
-and, once the round is judged, learn from its rewards. The select stage is the only owner of the
-bandits' state (``bandits/`` in the run directory)."""
+and, once the round is judged, learn from its rewards. The select stage is the only writer of the
+bandits' state (``bandits/`` in the run directory; flywheel/run/selectors.py reads it back)."""
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Literal
-
 from flywheel.arena import selection
-from flywheel.arena.selection import Selector
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import BattleSpec
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import RewardResult, SelectResult
+from flywheel.run.context import Context, stage
+from flywheel.run.results import RewardResult, SelectResult
+from flywheel.run.selectors import battles_per, load_selector
 from flywheel.stages.rewards import round_feedback
 
 
 def round_budget(total: int, rounds: int, rnd: int) -> int:
     """Battles in round ``rnd`` (1-based) when ``total`` are split over ``rounds``."""
     return total // rounds + (1 if rnd <= total % rounds else 0)
-
-
-def load_selector(ctx: Context, target: str, k: int, rnd: int) -> Selector:
-    """The target's bandit state after the latest round before (k, rnd), or a fresh one; arms
-    the pool has gained since (evolved prompts) join it unpulled."""
-    askers = ctx.cfg.world.conversation.askers
-    state = ctx.store.latest_bandit_state(target, (k, rnd))
-    if state is None:
-        return Selector.new(ctx.cfg.select, list(ctx.pool_by_cell),
-                            selection.opponent_arms(ctx.cfg.select, ctx.roster.opponents), askers)
-    sel = Selector.from_state(state)
-    sel.add_cells(ctx.cfg.select, list(ctx.pool_by_cell))  # evolved prompts' arms, new since that state
-    sel.add_askers(ctx.cfg.select, askers)
-    return sel
-
-
-def battles_per(specs: list[BattleSpec], by: Literal["arm", "asker"]) -> dict[str, int]:
-    """How many of ``specs`` each prompt arm (``by="arm"``) or asker (``by="asker"``) has, sorted
-    by name."""
-    return dict(sorted(Counter(getattr(sp, by) for sp in specs).items()))
 
 
 @stage("select", SelectResult, per_round=True)

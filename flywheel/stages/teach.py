@@ -12,8 +12,8 @@ from flywheel.arena.battles import generate_cached
 from flywheel.arena.teaching import LessonPlan, Teachers, TeachingRound
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import Generation, Lesson, base_name
-from flywheel.stages.context import Context, stage
-from flywheel.stages.results import TeachResult
+from flywheel.run.context import Context, stage
+from flywheel.run.results import TeachResult
 
 PHASE = "teach"  # the usage log's phase of the lessons' generations
 

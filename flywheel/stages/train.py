@@ -11,16 +11,16 @@ import logging
 import shutil
 from dataclasses import replace
 
+from flywheel.config.tree import ONLINE_METHODS, RL_METHODS
 from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.cards import hub_card
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, prompt_as_read, split_prompt
-from flywheel.ground.config import ONLINE_METHODS, RL_METHODS
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.judge_rewards import build_reward
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
-from flywheel.learning.reward_model import pair_accuracy, train_reward_model
+from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
     RewardsFailed,
     RewardSummary,
@@ -31,9 +31,9 @@ from flywheel.learning.rl import (
     with_advantages,
 )
 from flywheel.learning.training import Hardware, TrainJob, is_main_process, precision, train_version
-from flywheel.players.base import ServesAdapters
-from flywheel.stages.context import Context, read_stage, stage
-from flywheel.stages.results import TargetTraining, TrainResult
+from flywheel.players.player import ServesAdapters
+from flywheel.run.context import Context, read_stage, stage
+from flywheel.run.results import TargetTraining, TrainResult
 from flywheel.stages.rl_prompts import rl_prompts
 from judges.reward_scorer import RewardScorer
 

@@ -8,7 +8,7 @@ import sys
 
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.learning.training import is_main_process
-from flywheel.stages.context import worker_context
+from flywheel.run.context import worker_context
 from flywheel.stages.train import train_target
 
 

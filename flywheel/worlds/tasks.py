@@ -13,7 +13,7 @@ import random
 import string
 from collections.abc import Callable, Iterable
 
-from flywheel.ground.config import CATEGORIES
+from flywheel.config.tree import CATEGORIES
 from flywheel.ground.records import Prompt, stable_id
 
 LETTERS = "abcde"  # a small alphabet keeps character counting and reversal learnable

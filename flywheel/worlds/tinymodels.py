@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
+from flywheel.config.tree import ModelSpec, WorldConfig
 from flywheel.ground.checkpoints import save_checkpoint
-from flywheel.ground.config import ModelSpec, WorldConfig
 from flywheel.ground.records import Prompt, stable_id
 from flywheel.worlds.followups import two_turn_examples
 from flywheel.worlds.game_pools import game_splits

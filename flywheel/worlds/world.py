@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from flywheel.config.tree import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.ground.chat import template_hash, template_of, uses_chat
-from flywheel.ground.config import FlywheelConfig, PlayerConfig, TaskSuiteConfig, WorldConfig
 from flywheel.ground.records import PlayerVersion, Prompt, stable_id
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import equal, gpu_memory_shares
 from flywheel.players import Player, SamplingParams, resolve
 from flywheel.players.api import Budget
 from flywheel.players.asker import Asker, LLMAsker
-from flywheel.players.base import PlayerSetup
+from flywheel.players.player import PlayerSetup
 from flywheel.players.registry import player_from_config
 from flywheel.worlds.followups import ProceduralAsker, RepeatingAsker
 from flywheel.worlds.game_pools import game_splits

@@ -1,5 +1,5 @@
-"""Sections of the one config tree (flywheel/ground/config.py) for players, judges and Hanabi, and the strict
-base every section shares. Import them from ``flywheel.ground.config``."""
+"""Sections of the one config tree (flywheel/config/tree.py) for players, judges and Hanabi, and the strict
+base every section shares. Import them from ``flywheel.config.tree``."""
 
 from __future__ import annotations
 

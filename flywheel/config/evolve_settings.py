@@ -1,7 +1,7 @@
-"""The ``select.evolve`` section of the one config tree (flywheel/ground/config.py): after each
+"""The ``select.evolve`` section of the one config tree (flywheel/config/tree.py): after each
 iteration, prompts of the arms that yielded most are rewritten into new, harder or broader ones
 (the Evol-Instruct step; flywheel/worlds/evolution.py, flywheel/stages/evolve.py). Import it from
-``flywheel.ground.config``."""
+``flywheel.config.tree``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from flywheel.ground.config_parts import Strict
+from flywheel.config.parts import Strict
 
 # The procedural evolver of the embedded world; any other name is a configured player's.
 PROCEDURAL = "procedural"

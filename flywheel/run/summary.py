@@ -9,9 +9,9 @@ from flywheel.ground.atomic import atomic_write_json, read_json
 from flywheel.ground.records import PlayerVersion, team_members
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
-from flywheel.stages.context import Context, read_stage
-from flywheel.stages.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
-from flywheel.stages.select import battles_per, load_selector
+from flywheel.run.context import Context, read_stage
+from flywheel.run.results import CurateResult, EvalResult, IterationSummary, MergeResult, PromoteResult, TrainResult
+from flywheel.run.selectors import battles_per, load_selector
 from judges.build import build_verifier
 from judges.cascade import CascadeJudge
 from judges.cascade_report import cascade_section

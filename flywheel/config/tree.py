@@ -1,7 +1,8 @@
 """One config tree for the whole flywheel: a pydantic model per section, every field with a
-default and a description (``config_parts`` holds the players', the judge's and Hanabi's,
-``config_world`` the world's, ``config_train`` the train section's). Loading it from YAML, with
-overrides, is ``config_io``."""
+default and a description (``parts`` holds the players', the judge's and Hanabi's,
+``world_settings`` the world's, ``train_settings`` the train section's, ``evolve_settings`` and
+``teach_settings`` select's evolve and teaching sections). Loading it from YAML, with overrides,
+is ``loading``."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from flywheel.ground.config_evolve import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
-from flywheel.ground.config_parts import JudgeConfig, PlayerConfig, Strict
-from flywheel.ground.config_teach import TeachingConfig  # the tree's select.teaching
-from flywheel.ground.config_train import ONLINE_METHODS, RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
-from flywheel.ground.config_world import (  # noqa: F401 - the tree's world section
+from flywheel.config.evolve_settings import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
+from flywheel.config.parts import JudgeConfig, PlayerConfig, Strict
+from flywheel.config.teach_settings import TeachingConfig  # the tree's select.teaching
+from flywheel.config.train_settings import ONLINE_METHODS, RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
+from flywheel.config.world_settings import (  # noqa: F401 - the tree's world section
     CATEGORIES, ConversationConfig, GamesConfig, ModelSpec, PromptPoolConfig, TaskSuiteConfig, WorldConfig)
 
 Share = Annotated[float, Field(ge=0, le=1)]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from flywheel.arena import selection
-from flywheel.ground.config import PROCEDURAL, EvolveConfig
+from flywheel.config.tree import PROCEDURAL, EvolveConfig
 from flywheel.ground.records import EvolvedPrompt, JudgedBattle, Prompt, stable_id
 from flywheel.worlds.evolution import HeldOut, instructions, procedural, rewritten
 

@@ -1,6 +1,6 @@
-"""The ``train`` section of the one config tree (flywheel/ground/config.py): how each iteration
+"""The ``train`` section of the one config tree (flywheel/config/tree.py): how each iteration
 trains its targets (imitation, GRPO on rewards, a reward model) and GRPO's settings. Import them
-from ``flywheel.ground.config``."""
+from ``flywheel.config.tree``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from flywheel.ground.config_parts import Strict
+from flywheel.config.parts import Strict
 
 Method = Literal["sft", "dpo", "sft+dpo", "grpo", "sft+grpo", "rloo", "sft+rloo", "expert", "sft+expert",
                  "onpolicy_dpo", "sft+onpolicy_dpo", "reward"]

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from flywheel.config.tree import TrainConfig
 from flywheel.ground import progress
 from flywheel.ground.cards import hub_card
 from flywheel.ground.checkpoints import save_checkpoint
-from flywheel.ground.config import TrainConfig
 from flywheel.learning.training import (
     Hardware,
     activation_checkpointing,

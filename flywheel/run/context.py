@@ -13,20 +13,20 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from flywheel.arena.selection import arm_of, evolved_arm
+from flywheel.config.loading import dump_config, load_config
+from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text
-from flywheel.ground.config import FlywheelConfig
-from flywheel.ground.config_io import dump_config, load_config
 from flywheel.ground.records import EvolvedPrompt, PlayerVersion, Prompt, stable_id, versioned
 from flywheel.ground.store import RunStore
 from flywheel.learning.allocation import Allocation
-from flywheel.stages.results import EvalResult, PromoteResult, VersionEval
+from flywheel.run.results import EvalResult, PromoteResult, VersionEval
 from flywheel.worlds.world import Roster, world_pools
-from judges.base import PairwiseJudge
 from judges.build import build_judge, build_verifier
+from judges.pairwise import PairwiseJudge
 
 
 class JsonRecord(Protocol):
-    """A stage result: a frozen record with a JSON round trip (stages/results.py)."""
+    """A stage result: a frozen record with a JSON round trip (run/results.py)."""
 
     def to_json(self) -> dict[str, Any]: ...
 

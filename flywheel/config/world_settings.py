@@ -1,5 +1,5 @@
 """The config tree's world section: the embedded task suite and its tiny models, user prompt
-pools, the games world, conversations (part of ``flywheel.ground.config.FlywheelConfig``)."""
+pools, the games world, conversations (part of ``flywheel.config.tree.FlywheelConfig``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from flywheel.ground.config_parts import HanabiConfig, Strict
+from flywheel.config.parts import HanabiConfig, Strict
 
 # The embedded task suite's categories, named here so that the config stands alone;
 # flywheel.worlds.tasks.GENERATORS makes the prompts of each (a test keeps the two in step).

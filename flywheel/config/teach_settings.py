@@ -1,8 +1,8 @@
-"""The ``select.teaching`` section of the one config tree (flywheel/ground/config.py): opponents
+"""The ``select.teaching`` section of the one config tree (flywheel/config/tree.py): opponents
 act as teachers. A teacher's worked answer to one prompt of a cell is shown to the target as a
 one-shot example before a sibling prompt of the same cell; the teacher is rewarded by the
 target's lift (flywheel/arena/teaching.py, flywheel/stages/teach.py). Import it from
-``flywheel.ground.config``."""
+``flywheel.config.tree``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from flywheel.ground.config_parts import Strict
+from flywheel.config.parts import Strict
 
 
 class TeachingConfig(Strict):

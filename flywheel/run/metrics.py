@@ -13,8 +13,8 @@ from typing import Any
 from flywheel.ground.atomic import read_json
 from flywheel.ground.records import PlayerVersion
 from flywheel.ground.tracking import Point, Tracker, flat_params, open_tracker
-from flywheel.stages.context import Context, read_stage
-from flywheel.stages.results import IterationSummary, TrainResult, VersionEval
+from flywheel.run.context import Context, read_stage
+from flywheel.run.results import IterationSummary, TrainResult, VersionEval
 
 log = logging.getLogger("flywheel")
 
