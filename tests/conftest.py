@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import signal
@@ -15,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
+# Torch runs on one thread here and in every process the tests start: the tiny models' operations are
+# too small to split, and beside a pytest worker per core a second thread only waits for a core the
+# other processes hold (two to three times the CPU time on a busy 2-core machine). The golden runs
+# alone train at the machine's own count (machine_threads).
 for key, value in {
+    "OMP_NUM_THREADS": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -64,6 +70,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 FIXTURE_MODELS = Path(__file__).parent / "fixtures" / "tiny-models"
+
+
+@functools.cache
+def machine_thread_count() -> int:
+    """The threads torch takes on this machine when OMP_NUM_THREADS does not say (a fresh process asked)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout)
+
+
+@contextmanager
+def machine_threads() -> Iterator[None]:
+    """Torch at the machine's own thread count in this process for the block: the golden runs
+    (tests/fixtures/golden.json) were trained so, and a sum split over other threads rounds otherwise."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(machine_thread_count())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def tiny_world(models_dir: Path):
