@@ -557,9 +557,11 @@ def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run
 
     async def read(names: list[str]):
         async with get_client() as client:
-            # the session's server: the newest run of that name is this module's (its fixture may have run before)
+            # the session's server: the fixture's flow run is the one that made this run directory, not a
+            # `--resume` of it (test_a_run_directory_in_use_is_refused), nor an earlier fixture's
             named = await client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["flow-iter2"])))
-            runs = sorted(named, key=lambda r: r.created)[-1:]
+            runs = [r for r in named if r.parameters.get("resume") is None
+                    and Path(r.parameters["config"]["run"]["root"]) == finished_run.root.parent]
             tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[r.id for r in runs])))
             keys = ["leaderboard-flow", "judge-flow", "allocation-flow", "datasets-flow"]
             arts = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))
