@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import signal
@@ -15,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
+# Torch runs on one thread here and in every process the tests start: the tiny models' operations are
+# too small to split, and beside a pytest worker per core a second thread only waits for a core the
+# other processes hold (two to three times the CPU time on a busy 2-core machine). The golden runs
+# alone train at the machine's own count (machine_threads).
 for key, value in {
+    "OMP_NUM_THREADS": "1",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -47,23 +53,72 @@ TINY_TASKS = {"train_per_cell": 30, "eval_per_cell": 2, "val_per_cell": 2}
 # The four models as pre-trained once (``python -m tests.golden --models`` rewrites them): shipped,
 # so that runs from them, and the golden digests, are the same on every machine whatever its
 # floating point would have pre-trained.
-# The modules whose tests are whole runs (Prefect servers, killed and resumed runs, real models),
-# longest first: collected first, so that the pytest workers start on them together and end on
-# the short tests (with ``--dist worksteal`` a worker that runs dry takes over the other's queue).
-LONG_MODULES = ("test_resume", "test_schedule", "test_flow", "test_api_flywheel", "test_rl", "test_realmodels",
-                "test_games_flow", "test_config", "test_training", "test_promotion", "test_chat", "test_ray",
-                "test_served", "test_tracking")
+# The modules that take longest (whole runs: Prefect servers, killed and resumed runs, real models),
+# with roughly the seconds each takes alone on a quiet 2-core machine: collected first.
+LONG_MODULES = {"test_flow": 150, "test_resume": 120, "test_api_flywheel": 70, "test_served": 70, "test_schedule": 55,
+                "test_realmodels": 50, "test_ray": 40, "test_rate_cli": 40, "test_rl": 37, "test_onpolicy": 33,
+                "test_chat": 20, "test_training": 18, "test_games_flow": 18, "test_rl_conversations": 18,
+                "test_config": 12, "test_promotion": 12, "test_tracking": 2}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.module.__name__.rpartition(".")[2] if item.module else ""
-        return LONG_MODULES.index(name) if name in LONG_MODULES else len(LONG_MODULES)
+    """The long modules first, dealt out among the pytest workers. ``--dist worksteal`` hands each
+    worker a contiguous share of the collection (with three workers, a third each, in order), then
+    moves the end of the busiest worker's queue to a worker that runs dry. Each share starts on its
+    long modules (each module, longest first, to the least loaded share) and ends on short tests, so
+    the workers start on the long runs together, and what moves is short tests, not half a module
+    whose module-scoped run would then be made a second time."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 
-    items.sort(key=rank)  # stable: each module keeps its own order
+    def module(item: pytest.Item) -> str:
+        return item.module.__name__.rpartition(".")[2] if item.module else ""
+
+    by_module: dict[str, list[pytest.Item]] = {name: [] for name in LONG_MODULES}
+    short = [item for item in items if module(item) not in by_module]
+    for item in items:
+        if module(item) in by_module:
+            by_module[module(item)].append(item)
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    load = [0] * workers
+    for name, cost in LONG_MODULES.items():  # longest first
+        least = load.index(min(load))
+        shares[least] += by_module[name]
+        load[least] += cost
+    left = len(items)
+    for i, share in enumerate(shares):
+        size = left // (workers - i)
+        left -= size
+        take = max(0, size - len(share))
+        share += short[:take]
+        short = short[take:]
+    shares[-1] += short
+    items[:] = [item for share in shares for item in share]  # each module keeps its own order
 
 
 FIXTURE_MODELS = Path(__file__).parent / "fixtures" / "tiny-models"
+
+
+@functools.cache
+def machine_thread_count() -> int:
+    """The threads torch takes on this machine when OMP_NUM_THREADS does not say (a fresh process asked)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout)
+
+
+@contextmanager
+def machine_threads() -> Iterator[None]:
+    """Torch at the machine's own thread count in this process for the block: the golden runs
+    (tests/fixtures/golden.json) were trained so, and a sum split over other threads rounds otherwise."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(machine_thread_count())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def tiny_world(models_dir: Path):

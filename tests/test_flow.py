@@ -15,11 +15,12 @@ from flywheel.learning.curation import load_dataset_dir
 @pytest.fixture(scope="module")
 def finished_run(harness, tiny_models_dir, tmp_path_factory):
     from flywheel.config.tree import FlywheelConfig
-    from tests.conftest import tiny_tree
+    from tests.conftest import machine_threads, tiny_tree
 
     root = tmp_path_factory.mktemp("runs")
     cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, root, run__name="flow", run__shard_size=6))
-    run_dir = run_flywheel(cfg)  # as the CLI runs it: tagged, on the config's runner
+    with machine_threads():  # the golden run
+        run_dir = run_flywheel(cfg)  # as the CLI runs it: tagged, on the config's runner
     return RunStore(root / "flow") if run_dir else None
 
 
@@ -390,7 +391,7 @@ def test_a_local_dask_cluster_plays_the_same_battles_as_the_default_runner(finis
 # -- several targets: compute allocation ------------------------------------------------------
 def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_models_dir, tmp_path):
     from flywheel.config.tree import FlywheelConfig
-    from tests.conftest import tiny_tree
+    from tests.conftest import machine_threads, tiny_tree
 
     tree = tiny_tree(tiny_models_dir, tmp_path, run__name="alloc", run__iterations=2, rating__bootstrap_rounds=5,
                      allocate__policy="proportional", allocate__warmup=1, allocate__floor=0.1,
@@ -398,7 +399,8 @@ def test_three_targets_share_compute_proportionally_and_merge(harness, tiny_mode
     base = str(tiny_models_dir / "student")
     tree["targets"] = [{"name": "fast", "path": base, "learning_rate": 1e-2},
                        {"name": "mid", "path": base}, {"name": "slow", "path": base, "learning_rate": 1e-6}]
-    root = Path(flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json")))
+    with machine_threads():  # the golden run
+        root = Path(flywheel(FlywheelConfig.model_validate(tree).model_dump(mode="json")))
     summary = json.loads((root / "summary.json").read_text())
     assert summary["targets"] == ["fast", "mid", "slow"]
     # The allocation recorded after iteration k is what iteration k+1 runs on: a warm-up of one
@@ -555,9 +557,11 @@ def test_prefect_run_names_tags_artifacts_assets_and_dataset_events(finished_run
 
     async def read(names: list[str]):
         async with get_client() as client:
-            # the session's server: the newest run of that name is this module's (its fixture may have run before)
+            # the session's server: the fixture's flow run is the one that made this run directory, not a
+            # `--resume` of it (test_a_run_directory_in_use_is_refused), nor an earlier fixture's
             named = await client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["flow-iter2"])))
-            runs = sorted(named, key=lambda r: r.created)[-1:]
+            runs = [r for r in named if r.parameters.get("resume") is None
+                    and Path(r.parameters["config"]["run"]["root"]) == finished_run.root.parent]
             tasks = await client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[r.id for r in runs])))
             keys = ["leaderboard-flow", "judge-flow", "allocation-flow", "datasets-flow"]
             arts = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=keys)))

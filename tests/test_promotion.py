@@ -66,18 +66,12 @@ def test_promotion_margin_and_always(tiny_models_dir, tmp_path):
 def ruined_run(tiny_models_dir, tmp_path_factory):
     """Two iterations whose training destroys the model (learning rate 50): neither new version
     may replace the pre-trained one, which keeps playing and is trained on again."""
-    from flywheel.config.tree import ModelSpec, WorldConfig
-    from flywheel.worlds.tinymodels import bootstrap
-    from tests.conftest import TINY_TASKS
-
     root = tmp_path_factory.mktemp("ruined")
-    # a target that answers something right: it learnt that most counts are 1
-    bootstrap(WorldConfig(models_dir=root / "models", tasks=TINY_TASKS,
-                          models=[ModelSpec(name="gen", categories=["count"], steps=150, n_embd=32)]))
+    # a target that answers something right: the shipped generalist answers 1, and most counts are 1
     # its own wins are its training data (self-distillation), so there is data to ruin it with
     tree = tiny_tree(tiny_models_dir, root, run__name="ruined", train__learning_rate=50.0,
                      curate__include_target_wins=True)
-    tree["targets"] = [{"name": "gen", "path": str(root / "models" / "gen")}]
+    tree["targets"] = [{"name": "gen", "path": str(tiny_models_dir / "generalist")}]
     ctx = open_run(FlywheelConfig.model_validate(tree))
     try:
         run_to(ctx, 2)
