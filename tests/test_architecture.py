@@ -165,3 +165,32 @@ def test_only_the_store_spells_a_path_in_the_run_directory():
             found += [f"{rel}:{line}: {s!r}" for line, s in spelled_run_paths(path.read_text(encoding="utf-8"))
                       if (rel, s) not in NOT_RUN_PATHS]
     assert not found, "spelled outside flywheel/ground/store.py (ask the RunStore for it):\n" + "\n".join(found)
+
+
+# -- records by keyword ---------------------------------------------------------------------------
+# A call that passes this many arguments by position breaks silently, in order, when a field is
+# added; the ones left hash their values in order (the order is the id itself).
+MANY_POSITIONAL = 7
+ORDERED_BY_DESIGN = {"stable_id"}
+
+
+def positional_calls(source: str) -> list[tuple[int, str]]:
+    """(line, callee) of each call in ``source`` with MANY_POSITIONAL or more positional arguments."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            if sum(not isinstance(a, ast.Starred) for a in node.args) >= MANY_POSITIONAL:
+                found.append((node.lineno, ast.unparse(node.func)))
+    return found
+
+
+def test_the_positional_scan_finds_a_long_positional_call_and_not_a_keyword_one():
+    assert positional_calls("Battle(1, 2, 3, 4, 5, 6, 7)") == [(1, "Battle")]
+    assert positional_calls("Battle(1, 2, 3, 4, 5, 6, g=7)") == []
+
+
+def test_records_and_calls_take_many_arguments_by_keyword():
+    found = [f"{path.relative_to(ROOT)}:{line}: {callee}"
+             for folder in ("flywheel", "flows", "judges") for path in sorted((ROOT / folder).rglob("*.py"))
+             for line, callee in positional_calls(path.read_text()) if callee not in ORDERED_BY_DESIGN]
+    assert found == [], found
