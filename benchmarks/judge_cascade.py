@@ -208,13 +208,21 @@ def one_seed(seed: int, args, judges: Judges, chosen: tuple[float | None, bool],
 
 
 def serve_forever(args) -> None:
+    """The two judges' servers until Ctrl-C or a plain ``kill`` (SIGTERM), which stop them too: a
+    server process left behind would keep the ports."""
+    import signal
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     ctx = mp.get_context("fork")
     urls, stop = ctx.Queue(), ctx.Event()
     proc = ctx.Process(target=serve, args=(args, urls, stop, SERVE_PORTS), daemon=True)
     proc.start()
-    cheap, strong = urls.get(timeout=60)
-    print(f"cheap judge: {cheap}  strong judge: {strong}  (Ctrl-C ends them)", flush=True)
     try:
+        cheap, strong = urls.get(timeout=60)
+        print(f"cheap judge: {cheap}  strong judge: {strong}  (Ctrl-C or kill ends them)", flush=True)
         proc.join()
     except KeyboardInterrupt:
         stop.set()
