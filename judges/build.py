@@ -54,17 +54,24 @@ def _reward_model(jc, roster, cache) -> PairwiseJudge:
     return RewardModelJudge.from_config(jc)
 
 
-def _tier(jc, tc, roster, cache) -> Tier:
-    """One tier of a cascade: the judge of its kind, with the judge section's other settings."""
+def _tier(jc, tc, roster, cache, confidence: bool = False) -> Tier:
+    """One tier of a cascade: the judge of its kind, with the judge section's other settings; an llm
+    tier asks for log-probabilities where it has a threshold, or where ``confidence``."""
     view = jc.model_copy(update={"kind": tc.kind, "player": tc.player, "panel": tc.panel, "aggregate": tc.aggregate,
                                  "template": tc.template or jc.template, "custom": tc.custom, "options": tc.options})
-    judge = (_llm(view, roster, cache, tc.player, confidence=tc.threshold is not None) if tc.kind == "llm"
-             else JUDGES[tc.kind](view, roster, cache))
+    judge = (_llm(view, roster, cache, tc.player, confidence=confidence or tc.threshold is not None)
+             if tc.kind == "llm" else JUDGES[tc.kind](view, roster, cache))
     return Tier.from_config(judge, tc)
 
 
 def _cascade(jc, roster, cache, bypass=None) -> PairwiseJudge:
     return CascadeJudge.from_config([_tier(jc, tc, roster, cache) for tc in jc.cascade.tiers], jc.cascade, bypass)
+
+
+def calibration_tiers(jc, roster, cache=None) -> list[Tier]:
+    """The tiers of the cascade ``jc`` (a JudgeConfig of kind cascade), each built alone to judge
+    calibration battles: every llm tier asks for log-probabilities, so any threshold can be tried."""
+    return [_tier(jc, tc, roster, cache, confidence=True) for tc in jc.cascade.tiers]
 
 
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)

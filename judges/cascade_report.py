@@ -99,12 +99,21 @@ def low_agreement(rows: list[dict[str, Any]], floor: float, least: int, off: Ite
 
 @dataclass(frozen=True)
 class Choice:
-    """Thresholds (None: not read) and tie rules of the tiers, and what they gave on the battles."""
+    """Thresholds (None: not read) and tie rules of the tiers, and what they gave on the battles:
+    agreement with the last tier, the mean cost per battle, and the share each tier decided."""
 
     thresholds: tuple[float | None, ...]
     escalate_ties: tuple[bool, ...]
     agreement: float
     cost_per_battle: float
+    decided: tuple[float, ...] = ()
+
+
+def deciders(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], tiers: Sequence[Tier]) -> list[int]:
+    """The tier that decides each battle: the first one sure of its verdict, else the last."""
+    last = len(tiers) - 1
+    return [next((i for i, tier in enumerate(tiers[:-1]) if unsure(b, verdicts[i][n], tier) is None), last)
+            for n, b in enumerate(battles)]
 
 
 def simulate(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], tiers: Sequence[Tier]) -> tuple[float, float]:
@@ -112,14 +121,21 @@ def simulate(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], 
     whose verdicts by every tier are known (``verdicts[i][n]``: tier i's on battle n). Agreement
     counts the battles the last tier gave a valid verdict."""
     last, hits, valid, cost = len(tiers) - 1, 0, 0, 0.0
-    for n, b in enumerate(battles):
-        for i, tier in enumerate(tiers):
-            cost += tier.price
-            if i == last or unsure(b, verdicts[i][n], tier) is None:
-                valid += verdicts[last][n].valid
-                hits += agree(verdicts[i][n].winner, verdicts[last][n].winner)
-                break
+    paid = list(itertools.accumulate(t.price for t in tiers))
+    for n, i in enumerate(deciders(battles, verdicts, tiers)):
+        cost += paid[i]
+        valid += verdicts[last][n].valid
+        hits += agree(verdicts[i][n].winner, verdicts[last][n].winner)
     return hits / max(valid, 1), cost / max(len(battles), 1)
+
+
+def threshold_grid(levels: int, tiers: int, most: int = 5000) -> tuple[float, ...]:
+    """Thresholds to try for each of ``tiers`` tiers: evenly from 0.5 up to under 1, as many as
+    ``levels``, fewer where the tiers' combinations (threshold or none, ties escalated or decided)
+    would pass ``most``."""
+    while levels > 2 and (2 * (levels + 1)) ** max(tiers, 1) > most:
+        levels -= 1
+    return tuple(round(0.5 + 0.5 * k / levels, 4) for k in range(levels))
 
 
 def choose_thresholds(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], tiers: Sequence[Tier],
@@ -140,7 +156,9 @@ def choose_thresholds(battles: Sequence[Battle], verdicts: Sequence[Sequence[Jud
         if best is None or _better(choice, best, target):
             best = choice
     assert best is not None
-    return best
+    chosen = [replace(t, threshold=th, escalate_ties=e) for t, th, e in zip(tiers, best.thresholds, best.escalate_ties)]
+    by = deciders(battles, verdicts, [*chosen, tiers[-1]])
+    return replace(best, decided=tuple(round(by.count(i) / max(len(by), 1), 4) for i in range(len(tiers))))
 
 
 def _better(a: Choice, b: Choice, target: float) -> bool:

@@ -21,6 +21,7 @@ from flywheel.face.cli_data import (IN_USE, RUNTIME, USAGE, Format, damaged_file
                                     refuse_together)
 from flywheel.face.cli_rate import lc_board_cmd, rate_cmd, style_board_cmd
 from flywheel.face.cli_report import report_cmd
+from flywheel.face.cli_thresholds import judge_thresholds_cmd
 from flywheel.face.queries import result_text
 from flywheel.ground import interrupt, reports
 from flywheel.ground.atomic import atomic_write_text, read_json
@@ -244,6 +245,7 @@ def bootstrap_cmd(
 app.command(name="rate")(rate_cmd)  # flywheel rate: any battle log (cli_rate.py)
 app.command(name="report")(report_cmd)  # flywheel report: a run on one HTML page (cli_report.py)
 app.command(name="judge-agreement")(judge_agreement_cmd)  # a judge against human votes (cli_agreement.py)
+app.command(name="judge-thresholds")(judge_thresholds_cmd)  # a cascade's thresholds, chosen (cli_thresholds.py)
 
 
 @app.command()

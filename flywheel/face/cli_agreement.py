@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,7 +35,7 @@ CANNOT = {"verifier": "checks answers against a reference, and human votes have 
           "game": "decides games by their rules, and human votes are conversations"}
 
 
-def _config(config: Path | None, set_: list[str]) -> FlywheelConfig:
+def judge_config(config: Path | None, set_: list[str]) -> FlywheelConfig:
     """The config whose judge is measured; a bad one, or a judge that cannot run, stops here."""
     try:
         cfg = load_config(config, set_)
@@ -48,7 +50,7 @@ def _config(config: Path | None, set_: list[str]) -> FlywheelConfig:
     return cfg
 
 
-def _votes(log: Path, skip_bad: bool, limit: int | None, seed: int) -> tuple[list[Vote], int]:
+def vote_sample(log: Path, skip_bad: bool, limit: int | None, seed: int) -> tuple[list[Vote], int]:
     """The votes to judge (a seeded sample of ``limit``, in log order) and how many the log has."""
     try:
         votes, bad = read_votes(log)
@@ -67,20 +69,28 @@ def _votes(log: Path, skip_bad: bool, limit: int | None, seed: int) -> tuple[lis
     return votes, len(votes)
 
 
-def _judge(cfg: FlywheelConfig, votes: list[Vote]) -> tuple[list[Judgment], PairwiseJudge]:
-    """Every vote's judgment by the configured judge, and the judge."""
+@contextmanager
+def judging(cfg: FlywheelConfig) -> Iterator[tuple[JudgeRoster, KeyValueCache | None]]:
+    """The roster the judge's models are built on (released after), and the judges' cache
+    (``run.cache_dir``, where set and ``judge.cache``)."""
     cache = None
     if cfg.run.cache_dir is not None and cfg.judge.cache:
         cache = KeyValueCache(Path(cfg.run.cache_dir) / "judgments.sqlite")
     roster = JudgeRoster(cfg)
     try:
+        yield roster, cache
+    finally:
+        roster.release()
+
+
+def _judge(cfg: FlywheelConfig, votes: list[Vote]) -> tuple[list[Judgment], PairwiseJudge]:
+    """Every vote's judgment by the configured judge, and the judge."""
+    with judging(cfg) as (roster, cache):
         try:
             judge = build_judge(cfg.judge, roster, cache)
         except ValueError as e:
             fail(str(e))
         return judge.judge([v.battle() for v in votes]), judge
-    finally:
-        roster.release()
 
 
 def _table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,8 +113,8 @@ def judge_agreement_cmd(
 ) -> None:
     """How often the configured judge agrees with human votes: overall, per category and, for a
     cascade, per tier, with Wilson 95% intervals; human ties are counted apart."""
-    cfg = _config(config, set_)
-    votes, total = _votes(log, skip_bad, limit, seed)
+    cfg = judge_config(config, set_)
+    votes, total = vote_sample(log, skip_bad, limit, seed)
     judgments, judge = _judge(cfg, votes)
     pairs = [HumanVerdict(v.winner, v.category, j) for v, j in zip(votes, judgments)]
     tiers = by_tier(pairs, [t.judge.name for t in judge.tiers]) if isinstance(judge, CascadeJudge) else []
