@@ -42,8 +42,8 @@ demo-llm: install
 	$(VENV)/bin/flywheel run flows/recipes/smollm2.yaml
 
 # Three workers: many tests wait on servers and subprocesses, so on a 2-core machine three end sooner
-# than two or four. Each builds its own tiny models and starts its own Prefect server; worksteal: a
-# worker that runs dry takes tests from another's queue (the long runs are collected first, dealt out
+# than two or four. Each builds its own tiny models; one Prefect server, started as the session
+# begins, serves them all (tests/conftest.py); worksteal: a worker that runs dry takes tests from another's queue (the long runs are collected first, dealt out
 # among the workers). Torch runs on one thread in every test process (tests/conftest.py).
 test: install
 	$(VENV)/bin/lint-imports --no-cache

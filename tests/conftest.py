@@ -10,8 +10,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -173,37 +174,78 @@ def tiny_config(tiny_models_dir, tmp_path):
     return make
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What a shell gets from a command: its exit status and both streams."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def flywheel_cli(*args: object, env: dict[str, str] | None = None) -> Ran:
+    """``flywheel ARGS`` in this process (typer's CliRunner, with ``env`` over the environment), as
+    ``flywheel.face.cli.main`` runs it: a damaged file is one error line, exit 2; any other exception
+    the command leaves unhandled fails the test with its traceback. For the commands that read and
+    refuse; the runs themselves are started as processes (``python -m flywheel.face.cli``)."""
+    from typer.testing import CliRunner
+
+    from flywheel.face.cli import app
+    from flywheel.face.cli_data import USAGE, damaged_file
+
+    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    error = result.exception
+    if error is not None and not isinstance(error, SystemExit):
+        damaged = damaged_file(error)
+        if damaged is None:
+            raise error
+        return Ran(USAGE, result.stdout, result.stderr + f"error: {damaged}\n")
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def start_prefect_server(home: Path, env: dict[str, str], timeout_s: float = 180) -> tuple[subprocess.Popen, str]:
+def launch_prefect_server(home: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     """``prefect server start`` on a free port of 127.0.0.1 (its own process group; its log in
-    ``home/server.log``); returns (the process, the API URL) once /health answers. Raises if it
-    does not come up within ``timeout_s``."""
-    import httpx
-
+    ``home/server.log``), not waited for: (the process, the API URL)."""
     port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
     env = {**env, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
+    env.pop(SHARED_PREFECT_API, None)
     prefect = str(Path(sys.executable).parent / "prefect")
     log = (home / "server.log").open("w")
     server = subprocess.Popen([prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                               env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return server, f"http://127.0.0.1:{port}/api"
+
+
+def answers(api: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> bool:
+    """Whether the Prefect server at ``api`` answers /health within ``timeout_s`` (while ``alive``)."""
+    import httpx
+
     deadline = time.monotonic() + timeout_s
-    while True:
+    while time.monotonic() < deadline and alive():
         try:
             if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                return server, api
+                return True
         except httpx.HTTPError:
             pass
-        if time.monotonic() > deadline or server.poll() is not None:
-            stop(server)
-            raise AssertionError((home / "server.log").read_text()[-2000:])
         time.sleep(0.5)
+    return False
+
+
+def start_prefect_server(home: Path, env: dict[str, str], timeout_s: float = 180) -> tuple[subprocess.Popen, str]:
+    """``launch_prefect_server``, then wait until /health answers; raises if it does not within
+    ``timeout_s``."""
+    server, api = launch_prefect_server(home, env)
+    if not answers(api, timeout_s, lambda: server.poll() is None):
+        stop(server)
+        raise AssertionError((home / "server.log").read_text()[-2000:])
+    return server, api
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -228,11 +270,43 @@ def stop(proc: subprocess.Popen) -> None:
     raise AssertionError(f"processes of group {proc.pid} are still running")
 
 
+# With pytest workers (-n), the controller starts one Prefect server for them all as the session
+# begins (each worker starting its own cost ~10 s of CPU apiece) and names it to them here.
+SHARED_PREFECT_API = "FLYWHEEL_TESTS_PREFECT_API"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return  # a worker, or no workers: the session fixture starts a server where a test needs one
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="flywheel-tests-prefect-"))
+    server, api = launch_prefect_server(home, dict(os.environ))
+    config.stash[_SHARED_SERVER] = (server, home)
+    os.environ[SHARED_PREFECT_API] = api  # the workers, started after this, inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shared = config.stash.get(_SHARED_SERVER, None)
+    if shared is not None:
+        import shutil
+
+        stop(shared[0])
+        shutil.rmtree(shared[1], ignore_errors=True)
+
+
+_SHARED_SERVER = pytest.StashKey[tuple[subprocess.Popen, Path]]()
+
+
 @pytest.fixture(scope="session")
 def prefect_api(tmp_path_factory):
-    """One Prefect server for every ``flywheel`` subprocess of the session: without it each one
-    starts (and stops) a temporary server of its own, ~10 s a run here. None where it does not
-    come up: the runs then start their own, as a user's would."""
+    """One Prefect server for every ``flywheel`` subprocess of the session (the workers' shared one,
+    or one of its own): without it each run starts (and stops) a temporary server of its own, ~10 s
+    a run here. None where it does not come up: the runs then start their own, as a user's would."""
+    shared = os.environ.get(SHARED_PREFECT_API)
+    if shared is not None:
+        yield shared if answers(shared, 120) else None
+        return
     try:
         server, api = start_prefect_server(tmp_path_factory.mktemp("prefect-server"), dict(os.environ), 120)
     except AssertionError:

@@ -10,6 +10,7 @@ import yaml
 from flows.flywheel_flow import flywheel, run_flywheel
 from flywheel.ground.store import RunLockedError, RunStore
 from flywheel.learning.curation import load_dataset_dir
+from tests.conftest import flywheel_cli
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +147,7 @@ def test_battle_log_matches_the_plan_exactly(finished_run):
 
 
 def test_elo_command_prints_the_leaderboard(finished_run, cli_env):
-    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(finished_run.root), "--format", "json"],
-                         capture_output=True, text=True, env=cli_env, timeout=120)
+    out = flywheel_cli("elo", finished_run.root, "--format", "json")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert {r["model"] for r in rows} == {"student@0", "student@1", "student@2", "calc", "scribe", "generalist"}
@@ -198,8 +198,7 @@ def test_eval_subsets_are_stratified_and_rated(finished_run):
 
 def test_elo_history_categories_subsets_and_plot(finished_run, cli_env, tmp_path):
     def elo(*args):
-        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(finished_run.root), *args],
-                           capture_output=True, text=True, env=cli_env, timeout=120)
+        p = flywheel_cli("elo", finished_run.root, *args)
         assert p.returncode == 0, p.stderr
         return p.stdout
 
@@ -275,8 +274,7 @@ def test_bandit_state_and_report(finished_run, cli_env):
         reward = finished_run.stage_json(2, f"reward-r{r}")
         assert reward["reward"] == "yield" and reward["battles"] == {"student": len(plans[r])}
         assert 0 <= reward["mean"]["student"] <= 1
-    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "arms", str(root), "--format", "json"],
-                         capture_output=True, text=True, env=cli_env, timeout=120)
+    out = flywheel_cli("arms", root, "--format", "json")
     rows = json.loads(out.stdout)
     assert {r["target"] for r in rows} == {"student"} and sum(r["battles"] for r in rows) == 48
     assert {"arm", "share", "pulls", "value"} <= set(rows[0])
@@ -286,8 +284,7 @@ def test_elo_consistency_with_a_reference(finished_run, cli_env, tmp_path):
     rows = json.loads((finished_run.root / "ratings" / "iter-0002.json").read_text())
     ref = tmp_path / "ref.json"
     ref.write_text(json.dumps({r["model"]: r["rating"] for r in rows}))
-    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(finished_run.root), "--reference",
-                          str(ref), "--format", "json"], capture_output=True, text=True, env=cli_env, timeout=120)
+    out = flywheel_cli("elo", finished_run.root, "--reference", ref, "--format", "json")
     assert out.returncode == 0, out.stderr
     cons = json.loads(out.stdout)
     assert cons["spearman"] == 1.0 and cons["models"] == len(rows)
@@ -295,8 +292,7 @@ def test_elo_consistency_with_a_reference(finished_run, cli_env, tmp_path):
 
 # -- flywheel data: ls, show, stats, export on a real run directory ---------------------------
 def data(cli_env, *args, ok=True):
-    p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "data", *map(str, args)],
-                       capture_output=True, text=True, env=cli_env, timeout=120)
+    p = flywheel_cli("data", *args)
     assert (p.returncode == 0) == ok, p.stderr
     return p
 
@@ -476,8 +472,7 @@ def test_mixed_sharing_pools_then_separates_when_rates_diverge(harness, tiny_mod
 
 def test_exports_in_arena_arena_hard_and_messages_layouts(finished_run, cli_env, tmp_path):
     def cli(*args):
-        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", *args], capture_output=True, text=True,
-                           env=cli_env, timeout=120)
+        p = flywheel_cli(*args)
         assert p.returncode == 0, p.stderr
         return p.stdout
 

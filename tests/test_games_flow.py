@@ -3,8 +3,6 @@ self-play against earlier versions, winners' moves as datasets, win-or-draw rate
 and in ``flywheel elo``."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,6 +11,7 @@ from flywheel.config.tree import FlywheelConfig
 from flywheel.games.rules import parse_position
 from flywheel.ground.store import RunStore
 from flywheel.learning.curation import load_dataset_dir
+from tests.conftest import flywheel_cli
 
 
 def games_tree(tmp_path, **over) -> dict:
@@ -90,13 +89,11 @@ def test_winners_moves_are_the_datasets(game_run):
     assert any(row["prompt"] not in played for row in sft)  # images of played positions (world.games.symmetries)
 
 
-def test_elo_shows_versions_against_the_reference_players(game_run, cli_env):
-    out = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(game_run.root), "--format", "json"],
-                         capture_output=True, text=True, env=cli_env, timeout=120)
+def test_elo_shows_versions_against_the_reference_players(game_run):
+    out = flywheel_cli("elo", game_run.root, "--format", "json")
     assert out.returncode == 0, out.stderr
     rows = {r["model"]: r for r in json.loads(out.stdout)}
     assert set(rows) == {"gstudent@0", "gstudent@1", "gstudent@2", "random", "minimax"}
     assert {"wd_vs_random", "wd_vs_minimax"} <= set(rows["gstudent@2"])
-    table = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "elo", str(game_run.root)],
-                           capture_output=True, text=True, env=cli_env, timeout=120).stdout
+    table = flywheel_cli("elo", game_run.root).stdout
     assert "wd_vs_minimax" in table.splitlines()[0]

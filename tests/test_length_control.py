@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +15,7 @@ from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.records import Battle, JudgedBattle, Judgment
 from flywheel.ground.store import RunStore
 from flywheel.maths.length_control import COLUMNS, LCOptions, Versus, against, features, lc_rows, length_controlled
+from tests.conftest import Ran, flywheel_cli
 
 
 def sigmoid(t: float) -> float:
@@ -128,10 +126,8 @@ def run_dir(tmp_path_factory):
     return root
 
 
-def flywheel(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run([sys.executable, "-m", "flywheel.face.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=120)
+def flywheel(*args: str) -> Ran:
+    return flywheel_cli(*args)
 
 
 def test_elo_lc_baseline_prints_each_models_figures(run_dir):

@@ -2,8 +2,6 @@
 
 import csv
 import json
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -12,6 +10,7 @@ import pytest
 from flywheel.config.tree import FlywheelConfig
 from flywheel.worlds.prompts import ingest
 from flywheel.worlds.world import prompt_pools, world_pools
+from tests.conftest import flywheel_cli
 
 
 def jsonl(path, rows):
@@ -106,14 +105,13 @@ def test_pools_join_the_train_pool_without_eval_prompts(tmp_path):
     assert world_pools(cfg.world)[0][-1].text == "fine"
 
 
-def test_ingest_command_reports_and_writes_a_pool(tmp_path, cli_env):
+def test_ingest_command_reports_and_writes_a_pool(tmp_path):
     a = jsonl(tmp_path / "a.jsonl", [{"instruction": "x"}, {"instruction": "y", "category": "c"}])
     b = jsonl(tmp_path / "b.jsonl", [{"prompt": "x"}, {"nope": 1}])
-    cmd = [sys.executable, "-m", "flywheel.face.cli", "data", "ingest", str(a), str(b), "--out",
-           str(tmp_path / "pool.jsonl")]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=120)
+    cmd = ["data", "ingest", a, b, "--out", tmp_path / "pool.jsonl"]
+    p = flywheel_cli(*cmd)
     assert p.returncode == 2 and "b.jsonl:2: no 'prompt'" in p.stderr and not (tmp_path / "pool.jsonl").exists()
-    p = subprocess.run(cmd + ["--skip-bad"], capture_output=True, text=True, env=cli_env, timeout=120)
+    p = flywheel_cli(*cmd, "--skip-bad")
     assert p.returncode == 0, p.stderr
     report = json.loads(p.stdout.splitlines()[0])
     assert report == {"prompts": 2, "duplicates": 1, "bad_rows": 1, "categories": {"c": 1, "user": 1}, "votes": 0}
@@ -122,15 +120,13 @@ def test_ingest_command_reports_and_writes_a_pool(tmp_path, cli_env):
     assert [p.text for p in ingest(tmp_path / "pool.jsonl").prompts] == ["x", "y"]  # the pool reads back
 
 
-def test_empty_binary_or_truncated_prompt_files_are_one_line_and_write_nothing(tmp_path, cli_env):
+def test_empty_binary_or_truncated_prompt_files_are_one_line_and_write_nothing(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe\x00\x01 not text")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 truncated")
     (tmp_path / "all-bad.jsonl").write_text("{broken\n")
     for name, why in (("empty.jsonl", "empty: no prompts"), ("binary.jsonl", "cannot be read as jsonl"),
                       ("broken.parquet", "cannot be read as parquet"), ("all-bad.jsonl", "no prompts in")):
-        cmd = [sys.executable, "-m", "flywheel.face.cli", "data", "ingest", str(tmp_path / name), "--skip-bad",
-               "--out", str(tmp_path / "out.jsonl")]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=cli_env, timeout=120)
+        p = flywheel_cli("data", "ingest", tmp_path / name, "--skip-bad", "--out", tmp_path / "out.jsonl")
         assert p.returncode == 2 and why in p.stderr and "Traceback" not in p.stderr, (name, p.stderr)
         assert not (tmp_path / "out.jsonl").exists()

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from flywheel.worlds.realmodels import ModelSourceError, convert_gguf, known_gguf
+from tests.conftest import flywheel_cli
 
 
 @pytest.mark.parametrize("content, message", [
@@ -107,9 +108,9 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
 
     cli_env = {k: v for k, v in cli_env.items() if k not in ("FLYWHEEL_UNSET_KEY", "ANTHROPIC_API_KEY")}
     unset = {"FLYWHEEL_UNSET_KEY": None, "ANTHROPIC_API_KEY": None}
-    for args, line in cases:
-        p = subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *common, *args], capture_output=True,
-                           text=True, env=cli_env)
+    for i, (args, line) in enumerate(cases):  # the first as a process of its own, the others in this one
+        p = (subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *common, *args], capture_output=True,
+                            text=True, env=cli_env) if i == 0 else flywheel_cli("run", *common, *args, env=unset))
         assert p.returncode == 2 and p.stderr.strip() == line, p.stderr
         assert not runs.exists()
         check = CliRunner().invoke(app, ["check", *common, *args], env=unset)  # in-process: the same checks
