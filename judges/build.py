@@ -70,8 +70,10 @@ def _cascade(jc, roster, cache, bypass=None) -> PairwiseJudge:
 
 def calibration_tiers(jc, roster, cache=None) -> list[Tier]:
     """The tiers of the cascade ``jc`` (a JudgeConfig of kind cascade), each built alone to judge
-    calibration battles: every llm tier asks for log-probabilities, so any threshold can be tried."""
-    return [_tier(jc, tc, roster, cache, confidence=True) for tc in jc.cascade.tiers]
+    calibration battles: every llm tier before the last asks for log-probabilities, so any
+    threshold can be tried (the last tier's verdicts are the reference: its cached ones serve)."""
+    last = len(jc.cascade.tiers) - 1
+    return [_tier(jc, tc, roster, cache, confidence=i < last) for i, tc in enumerate(jc.cascade.tiers)]
 
 
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)

@@ -116,7 +116,8 @@ def deciders(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], 
             for n, b in enumerate(battles)]
 
 
-def simulate(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], tiers: Sequence[Tier]) -> tuple[float, float]:
+def simulate(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]],
+             tiers: Sequence[Tier]) -> tuple[float, float]:
     """(agreement with the last tier, mean cost per battle) of the cascade ``tiers`` on ``battles``
     whose verdicts by every tier are known (``verdicts[i][n]``: tier i's on battle n). Agreement
     counts the battles the last tier gave a valid verdict."""
@@ -129,24 +130,37 @@ def simulate(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], 
     return hits / max(valid, 1), cost / max(len(battles), 1)
 
 
-def threshold_grid(levels: int, tiers: int, most: int = 5000) -> tuple[float, ...]:
-    """Thresholds to try for each of ``tiers`` tiers: evenly from 0.5 up to under 1, as many as
-    ``levels``, fewer where the tiers' combinations (threshold or none, ties escalated or decided)
-    would pass ``most``."""
-    while levels > 2 and (2 * (levels + 1)) ** max(tiers, 1) > most:
-        levels -= 1
-    return tuple(round(0.5 + 0.5 * k / levels, 4) for k in range(levels))
+def observed_thresholds(js: Sequence[Judgment], most: int) -> tuple[float, ...]:
+    """The thresholds worth trying on a tier's verdicts ``js``: midway between each two confidences
+    it gave (any threshold between them sends the same verdicts on), at most ``most``, evenly
+    spread over them."""
+    seen = sorted({j.confidence for j in js if j.confidence is not None})
+    mids = [round((lo + hi) / 2, 4) for lo, hi in zip(seen, seen[1:])]
+    if len(mids) > most:
+        mids = [mids[round(k * (len(mids) - 1) / max(most - 1, 1))] for k in range(most)]
+    return tuple(dict.fromkeys(mids))
+
+
+def _levels_each(with_confidence: int, tiers: int, most: int) -> int:
+    """How many thresholds each of ``with_confidence`` tiers (of ``tiers`` earlier tiers) may try so
+    that their combinations (threshold or none, ties escalated or decided) stay near ``most``."""
+    if with_confidence == 0:
+        return 0
+    budget = most / 2 ** (tiers - with_confidence)
+    return max(1, int(budget ** (1 / with_confidence) / 2) - 1)
 
 
 def choose_thresholds(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], tiers: Sequence[Tier],
-                      target: float, grid: Sequence[float] = tuple(x / 20 for x in range(10, 20))) -> Choice:
+                      target: float, grid: Sequence[float] | None = None, most: int = 5000) -> Choice:
     """The thresholds and tie rules of the earlier tiers that reach ``target`` agreement with the last
     tier on these battles (a validation split, judged by every tier) at the least cost; where none
-    does, the one that agrees most. Thresholds are tried for tiers that gave confidences."""
+    does, the one that agrees most. Thresholds are tried for tiers that gave confidences: those of
+    ``grid``, or else midway between the confidences each gave (about ``most`` combinations in all)."""
+    gave = [any(j.confidence is not None for j in js) for js in verdicts[:-1]]
+    each = _levels_each(sum(gave), len(tiers) - 1, most)
     options = []
-    for i, (tier, js) in enumerate(zip(tiers[:-1], verdicts)):
-        has_conf = any(j.confidence is not None for j in js)
-        levels = [None, *grid] if has_conf else [None]
+    for js, has_conf in zip(verdicts, gave):
+        levels = [None, *(grid if grid is not None else observed_thresholds(js, each))] if has_conf else [None]
         options.append([(t, e) for t in levels for e in (True, False)])
     best: Choice | None = None
     for combo in itertools.product(*options):

@@ -6,7 +6,6 @@ OpenAI-compatible servers with scripted verdicts and confidences, so the choice 
 import json
 import math
 
-import yaml
 from typer.testing import CliRunner
 
 from flywheel.config.loading import dump_config, load_config
@@ -47,9 +46,11 @@ def test_the_cheapest_threshold_and_tie_rule_reaching_the_target_are_chosen(tmp_
         config = recipe(tmp_path, cascade(cheap, strong) | {"cache": False})
         strict = thresholds(log, "--config", config, "--target", "0.95")
         asked = (len(cheap.requests), len(strong.requests))
+        logprobs = [{bool(r["body"].get("logprobs")) for r in s.requests} for s in (cheap, strong)]
         loose = thresholds(log, "--config", config, "--target", "0.7")
         table = CliRunner().invoke(app, ["judge-thresholds", log, "--config", config])
     assert asked == (24, 24)  # every tier judged every battle, both orders, once
+    assert logprobs == [{True}, {False}]  # the last tier's verdicts are the reference: no confidence asked
     rows = {r["judging"]: r for r in strict["rows"]}
     assert rows["tier 0 alone: llm:cheap:arena_hard"]["agreement"] == 0.75  # 9 of 12
     assert rows["tier 1 alone: llm:strong:arena_hard"]["agreement"] == 1.0
@@ -57,18 +58,21 @@ def test_the_cheapest_threshold_and_tie_rule_reaching_the_target_are_chosen(tmp_
     assert (rows["cascade as configured"]["agreement"], rows["cascade as configured"]["decided"]) == (0.75, "83%, 17%")
     # the target 0.95: a threshold over 0.6 (and at most 0.95) sends the 4 writing battles on; the coding tie stands
     chosen = rows["cascade chosen"]
-    assert 0.6 < strict["chosen"]["thresholds"][0] <= 0.95 and strict["chosen"]["ties"] == ["decide"]
+    assert strict["chosen"] == {"thresholds": [0.775], "ties": ["decide"]}  # midway between 0.6 and 0.95
     assert (chosen["agreement"], chosen["cost_per_battle"], chosen["decided"]) == (1.0, 0.004333, "67%, 33%")
     assert chosen["saving"] == round(0.01 / 0.004333, 2) and strict["reached"]
-    paste = yaml.safe_load(strict["paste"])["judge"]["cascade"]["tiers"]
-    assert (paste[0]["threshold"], paste[0]["ties"]) == (strict["chosen"]["thresholds"][0], "decide")
-    assert "threshold" not in paste[1] and paste[1]["player"]["model"] == "strong-1"
+    pasted = tmp_path / "pasted.yaml"  # the recipe's judge section as it was, but the chosen settings
+    pasted.write_text(strict["paste"])
+    judge = load_config(pasted).judge
+    assert (judge.kind, judge.cache, judge.cascade.tiers[0].threshold, judge.cascade.tiers[0].ties) == (
+        "cascade", False, 0.775, "decide")
+    assert judge.cascade.tiers[1].threshold is None and judge.cascade.tiers[1].player.model == "strong-1"
     # the target 0.7: the cheap tier alone decides everything, ties too
     assert (loose["chosen"], loose["rows"][-1]["cost_per_battle"], loose["rows"][-1]["saving"]) == (
         {"thresholds": [None], "ties": ["decide"]}, 0.001, 10.0)
     assert table.exit_code == 0, table.output
     assert table.stdout.startswith(f"12 voted battles of {log}, judged by every tier: llm:cheap:arena_hard -> ")
-    assert "The chosen tiers, for the recipe:" in table.stdout and "ties: decide" in table.stdout
+    assert "The recipe's judge section with the chosen settings:" in table.stdout and "ties: decide" in table.stdout
 
 
 def test_a_runs_train_battles_are_sampled_by_seed_and_its_eval_battles_never(tmp_path):

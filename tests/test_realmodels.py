@@ -80,7 +80,8 @@ def test_smollm2_converts_chats_and_trains(tmp_path):
     assert type(trained).__name__ == "LlamaForCausalLM"
 
 
-def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tmp_path, cli_env, tiny_models_dir):
+def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tmp_path, cli_env, tiny_models_dir,
+                                                                         monkeypatch):
     runs = tmp_path / "runs"
     common = ["--set", f"run.root={runs}", "--set", f"world.models_dir={tiny_models_dir}"]
     cases = [(["--set", "targets.0.path=data/models/nothing-here/smollm2"],
@@ -108,6 +109,12 @@ def test_run_refuses_a_missing_model_or_a_chat_less_chat_model_before_writing(tm
 
     cli_env = {k: v for k, v in cli_env.items() if k not in ("FLYWHEEL_UNSET_KEY", "ANTHROPIC_API_KEY")}
     unset = {"FLYWHEEL_UNSET_KEY": None, "ANTHROPIC_API_KEY": None}
+    import flows.flywheel_flow
+
+    def no_flow(*args, **kwargs):
+        raise AssertionError("a refused input reached the flow")
+
+    monkeypatch.setattr(flows.flywheel_flow, "run_flywheel", no_flow)  # in this process, a refusal that failed
     for i, (args, line) in enumerate(cases):  # the first as a process of its own, the others in this one
         p = (subprocess.run([sys.executable, "-m", "flywheel.face.cli", "run", *common, *args], capture_output=True,
                             text=True, env=cli_env) if i == 0 else flywheel_cli("run", *common, *args, env=unset))

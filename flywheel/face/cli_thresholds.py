@@ -27,7 +27,7 @@ from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.run_view import NotARunError, RunView
 from judges.build import calibration_tiers
 from judges.cascade import Tier
-from judges.cascade_report import Choice, agree, choose_thresholds, deciders, simulate, threshold_grid, wilson
+from judges.cascade_report import Choice, agree, choose_thresholds, deciders, simulate, wilson
 
 COLUMNS = ("judging", "thresholds", "ties", "agreement", "low", "high", "cost_per_battle", "saving", "decided")
 
@@ -100,14 +100,12 @@ def _configured(battles: list[Battle], tiers: list[Tier], every: list[list[Judgm
 
 
 def _paste(cfg: FlywheelConfig, choice: Choice) -> str:
-    """The recipe's ``judge.cascade.tiers`` with the chosen thresholds and tie rules."""
-    tiers = []
-    for i, tc in enumerate(cfg.judge.cascade.tiers):
-        if i < len(choice.thresholds):
-            tc = tc.model_copy(update={"threshold": choice.thresholds[i],
-                                       "ties": "escalate" if choice.escalate_ties[i] else "decide"})
-        tiers.append(tc.model_dump(mode="json", exclude_defaults=True))
-    return yaml.safe_dump({"judge": {"kind": "cascade", "cascade": {"tiers": tiers}}}, sort_keys=False)
+    """The recipe's whole ``judge`` section, its earlier tiers with the chosen thresholds and tie rules."""
+    tiers = [tc.model_copy(update={"threshold": choice.thresholds[i],
+                                   "ties": "escalate" if choice.escalate_ties[i] else "decide"})
+             if i < len(choice.thresholds) else tc for i, tc in enumerate(cfg.judge.cascade.tiers)]
+    judge = cfg.judge.model_copy(update={"cascade": cfg.judge.cascade.model_copy(update={"tiers": tiers})})
+    return yaml.safe_dump({"judge": judge.model_dump(mode="json", exclude_defaults=True)}, sort_keys=False)
 
 
 def judge_thresholds_cmd(
@@ -118,8 +116,8 @@ def judge_thresholds_cmd(
     set_: Annotated[list[str], typer.Option("--set", help="Override a field: dotted.key=value.")] = [],  # noqa: B006
     target: Annotated[float, typer.Option(min=0.0, max=1.0, help="The agreement with the last tier to reach at the "
                                           "least cost.")] = 0.95,
-    limit: Annotated[int, typer.Option(min=1, help="Judge a seeded sample of this many battles (each by every "
-                                       "tier: the last tier's price times this, at most).")] = 200,
+    limit: Annotated[int, typer.Option(min=1, help="Judge a seeded sample of this many battles, each by every "
+                                       "tier (every tier's price times this, where nothing is cached).")] = 200,
     seed: Annotated[int, typer.Option(help="The sample's seed.")] = 0,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="A vote log: skip bad rows (and say how many) "
                                            "instead of failing.")] = False,
@@ -139,8 +137,7 @@ def judge_thresholds_cmd(
     valid = len(battles) - failed[-1]
     if valid == 0:
         fail(f"the last tier ({names[-1]}) gave no verdict on any of the {len(battles)} battles; nothing to agree with")
-    asked = sum(any(j.confidence is not None for j in js) for js in every[:-1])
-    choice = choose_thresholds(battles, every, tiers, target, threshold_grid(25, asked))
+    choice = choose_thresholds(battles, every, tiers, target)
     last_alone = tiers[-1].price
     rows = [_row(f"tier {i} alone: {n}", _alone(i, tiers, every), valid, last_alone) for i, n in enumerate(names)]
     rows += [_row("cascade as configured", _configured(battles, tiers, every, cfg), valid, last_alone),
@@ -172,4 +169,4 @@ def judge_thresholds_cmd(
     if any(failed):
         typer.echo("no verdict (a failed call or unreadable output): "
                    + ", ".join(f"{n} {k}" for n, k in zip(names, failed) if k))
-    typer.echo(f"\nThe chosen tiers, for the recipe:\n\n{report['paste']}")
+    typer.echo(f"\nThe recipe's judge section with the chosen settings:\n\n{report['paste']}")
