@@ -130,6 +130,17 @@ def simulate(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]],
     return hits / max(valid, 1), cost / max(len(battles), 1)
 
 
+def outcome(battles: Sequence[Battle], verdicts: Sequence[Sequence[Judgment]], tiers: Sequence[Tier]) -> Choice:
+    """What the cascade ``tiers``, as they are set, gives on these battles: its earlier tiers'
+    thresholds and tie rules, its agreement with the last tier, cost per battle, and the share of the
+    battles each tier decided."""
+    agreement, cost = simulate(battles, verdicts, tiers)
+    by = deciders(battles, verdicts, tiers)
+    return Choice(tuple(t.threshold for t in tiers[:-1]), tuple(t.escalate_ties for t in tiers[:-1]),
+                  round(agreement, 4), round(cost, 6),
+                  tuple(round(by.count(i) / max(len(by), 1), 4) for i in range(len(tiers))))
+
+
 def observed_thresholds(js: Sequence[Judgment], most: int) -> tuple[float, ...]:
     """The thresholds worth trying on a tier's verdicts ``js``: midway between each two confidences
     it gave (any threshold between them sends the same verdicts on), at most ``most``, evenly
@@ -171,8 +182,7 @@ def choose_thresholds(battles: Sequence[Battle], verdicts: Sequence[Sequence[Jud
             best = choice
     assert best is not None
     chosen = [replace(t, threshold=th, escalate_ties=e) for t, th, e in zip(tiers, best.thresholds, best.escalate_ties)]
-    by = deciders(battles, verdicts, [*chosen, tiers[-1]])
-    return replace(best, decided=tuple(round(by.count(i) / max(len(by), 1), 4) for i in range(len(tiers))))
+    return outcome(battles, verdicts, [*chosen, tiers[-1]])
 
 
 def _better(a: Choice, b: Choice, target: float) -> bool:

@@ -5,14 +5,13 @@ train battles (never its eval battles, which only report), or of a log of votes 
 layout. Then the earlier tiers' thresholds (where they gave confidences) and tie rules are chosen to
 reach ``--target`` agreement with the last tier at the least cost per battle (the tiers' ``price``;
 ``judges.cascade_report.choose_thresholds``). It prints what each tier alone gives, the cascade as
-configured, the choice, and the tiers to paste into the recipe. Nothing is written but the judges'
+configured, the choice, and the recipe's judge section with the chosen settings. Nothing is written but the judges'
 cache (``run.cache_dir``, where set and ``judge.cache``)."""
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,7 +26,7 @@ from flywheel.ground.records import Battle, Judgment
 from flywheel.ground.run_view import NotARunError, RunView
 from judges.build import calibration_tiers
 from judges.cascade import Tier
-from judges.cascade_report import Choice, agree, choose_thresholds, deciders, simulate, wilson
+from judges.cascade_report import Choice, agree, choose_thresholds, outcome, wilson
 
 COLUMNS = ("judging", "thresholds", "ties", "agreement", "low", "high", "cost_per_battle", "saving", "decided")
 
@@ -88,17 +87,6 @@ def _alone(i: int, tiers: list[Tier], every: list[list[Judgment]]) -> Choice:
                   tuple(float(k == i) for k in range(len(tiers))))
 
 
-def _configured(battles: list[Battle], tiers: list[Tier], every: list[list[Judgment]], cfg: FlywheelConfig) -> Choice:
-    """The cascade as the config sets it."""
-    tcs = cfg.judge.cascade.tiers
-    as_set = [replace(t, threshold=tc.threshold, escalate_ties=tc.ties == "escalate") for t, tc in zip(tiers, tcs)]
-    agreement, cost = simulate(battles, every, as_set)
-    by = deciders(battles, every, as_set)
-    decided = tuple(round(by.count(i) / len(by), 4) for i in range(len(tiers)))
-    return Choice(tuple(tc.threshold for tc in tcs[:-1]), tuple(tc.ties == "escalate" for tc in tcs[:-1]),
-                  round(agreement, 4), round(cost, 6), decided)
-
-
 def _paste(cfg: FlywheelConfig, choice: Choice) -> str:
     """The recipe's whole ``judge`` section, its earlier tiers with the chosen thresholds and tie rules."""
     tiers = [tc.model_copy(update={"threshold": choice.thresholds[i],
@@ -140,7 +128,7 @@ def judge_thresholds_cmd(
     choice = choose_thresholds(battles, every, tiers, target)
     last_alone = tiers[-1].price
     rows = [_row(f"tier {i} alone: {n}", _alone(i, tiers, every), valid, last_alone) for i, n in enumerate(names)]
-    rows += [_row("cascade as configured", _configured(battles, tiers, every, cfg), valid, last_alone),
+    rows += [_row("cascade as configured", outcome(battles, every, tiers), valid, last_alone),  # tiers: as set
              _row("cascade chosen", choice, valid, last_alone)]
     report = {"source": str(source), "battles": len(battles), "source_battles": total, "what": what,
               "sample_seed": seed if len(battles) < total else None, "target": target, "tiers": names,
