@@ -4,6 +4,7 @@ sampling phase resumed after a kill, and rewards that fail or cannot score refus
 
 import json
 import random
+import zlib
 
 import pytest
 from datasets import Dataset
@@ -200,9 +201,10 @@ def run_stages(tiny_models_dir, tmp_path, name, **over):
     return tmp_path / name
 
 
-def has_digit(prompts, completions, **columns):
-    """A reward a tiny model's sampled answers differ on: 1 where the answer holds a digit."""
-    return [1.0 if any(ch.isdigit() for ch in c) else 0.0 for c in completions]
+def odd_crc(prompts, completions, **columns):
+    """A reward a tiny model's sampled answers differ on, on any device: 1 where the answer's CRC-32
+    is odd (a group of four different answers is flat one time in eight)."""
+    return [float(zlib.crc32(c.encode()) % 2) for c in completions]
 
 
 def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny_models_dir, tmp_path):
@@ -212,12 +214,12 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     from flywheel.learning.curation import load_dataset_dir
 
     run = run_stages(tiny_models_dir, tmp_path, "expert", run__iterations=1, train__method="sft+expert",
-                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:has_digit"})
+                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:odd_crc"})
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     sampled = trained["sampling"]
     own = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
     assert len(own) == sampled["answers"] > 0 and {r["step"] for r in own} == {0}
-    assert all(r["reward"] == (1.0 if any(ch.isdigit() for ch in r["completion"]) else 0.0) for r in own)
+    assert all(r["reward"] == odd_crc([], [r["completion"]])[0] for r in own)
     groups = {}
     for r in own:
         groups.setdefault(r["prompt_id"], []).append(r)
@@ -268,7 +270,7 @@ def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(
     from flywheel.learning.curation import load_dataset_dir
 
     run = run_stages(tiny_models_dir, tmp_path, "ds", run__iterations=1, train__method="grpo",
-                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:has_digit"})
+                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:odd_crc"})
     rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
     sampled = [r for r in rows if r["step"] == 0]
     rewards = {}

@@ -20,12 +20,28 @@ DPO = Dataset.from_dict({"prompt": ["12+3=", "rev abc=", "sort 321=", "4*2="] * 
 ON_GPU = torch.cuda.is_available()
 
 
-def changed(base, out, close: bool = False) -> list[str]:
-    """The parameters that differ between two checkpoints (``close``: beyond float tolerance)."""
+def changed(base, out) -> list[str]:
+    """The parameters that differ between two checkpoints."""
     a = dict(AutoModelForCausalLM.from_pretrained(base).named_parameters())
     b = dict(AutoModelForCausalLM.from_pretrained(out).named_parameters())
-    same = (lambda x, y: torch.allclose(x, y, rtol=1e-3, atol=1e-5)) if close else torch.equal
-    return [n for n in a if not same(a[n], b[n])]
+    return [n for n in a if not torch.equal(a[n], b[n])]
+
+
+def drift(base, a, b) -> float:
+    """How far checkpoint ``b`` lies from ``a``, as a share of how far ``a`` moved from ``base``
+    (the norm over all parameters together): 0.0 where they are equal to the bit."""
+    p0, pa, pb = (dict(AutoModelForCausalLM.from_pretrained(m).named_parameters()) for m in (base, a, b))
+    apart = sum(float((pa[n] - pb[n]).double().pow(2).sum()) for n in pa) ** 0.5
+    moved = sum(float((pa[n] - p0[n]).double().pow(2).sum()) for n in pa) ** 0.5
+    return apart / moved
+
+
+def same_weights(base, a, b) -> bool:
+    """``a`` and ``b`` were trained alike: bit for bit on the CPU; on a GPU, whose kernels are not
+    deterministic to the bit (Adam turns a tiny gradient's noise into a whole step), within 5% of how
+    far training moved ``a``. On the CPU a run one step short lies 15% (LoRA, of 6 steps) to 76%
+    (sft+dpo, of 12) away, and another seed over 90%."""
+    return changed(a, b) == [] if not ON_GPU else drift(base, a, b) < 0.05
 
 
 def same_loss(a: float | None, b: float | None) -> bool:
@@ -246,9 +262,10 @@ def test_training_killed_after_a_checkpoint_resumes_to_the_same_weights(tiny_mod
     assert json.loads((cut / "trainer_state.json").read_text())["global_step"] == 6  # saved again, whole
     assert (resumed.steps, resumed.examples) == (straight.steps, straight.examples)
     assert same_loss(resumed.loss, straight.loss)
-    assert changed(tmp_path / "straight", tmp_path / "resumed", close=ON_GPU) == []
+    done = tmp_path / "straight"
+    assert same_weights(base, done, tmp_path / "resumed"), drift(base, done, tmp_path / "resumed")
     never = train_version(TrainJob(base, tmp_path / "never", steps, 0, state_dir=tmp_path / "unused"),
                           cfg.model_copy(update={"checkpoint_steps": 0}), *data)
     assert same_loss(never.loss, straight.loss)
-    assert changed(tmp_path / "straight", tmp_path / "never", close=ON_GPU) == []
+    assert same_weights(base, done, tmp_path / "never"), drift(base, done, tmp_path / "never")
     assert not (tmp_path / "unused").exists()  # checkpoints change nothing but what a kill loses
