@@ -2,8 +2,8 @@
 one run.
 
 Every arm runs the embedded default's 4 iterations on the same worlds and run seeds; the arms differ
-in the method of the last iteration (``arms()``): ``sft`` (the embedded default), ``rl`` (the RL
-recipe, ``flows/recipes/rl.yaml``: expert iteration on every train prompt), ``grpo``, ``rloo``,
+in the method of the last iterations (``arms()``): ``sft`` (the embedded default), ``rl`` (the RL
+recipe, ``flows/recipes/rl.yaml``: expert iteration on every train prompt in iterations 3 and 4), ``grpo``, ``rloo``,
 ``odpo`` (on-policy DPO), expert iteration's variants, and the reward model's ``rm`` / ``rm-control``.
 
 Equal compute: every arm takes ``train.steps`` optimizer steps per iteration of ``train.batch_size``
@@ -69,8 +69,8 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     ``rl`` is the RL recipe (``flows/recipes/rl.yaml``); ``grpo`` GRPO with dynamic sampling (the
     prompts whose sampled answers differ), ``grpo-plain`` without it; ``rloo``; ``expert`` expert
     iteration on the battles' prompts (the curated rows and the target's own passed answers in one
-    SFT phase), ``expert-train`` on every train prompt (the recipe's), ``expert-every`` expert
-    iteration from the first iteration on; ``odpo`` SFT, then DPO on pairs of its own passed and
+    SFT phase), ``expert-train`` on every train prompt in the last iteration (the recipe's until it
+    took the last two), ``expert-every`` expert iteration from the first iteration on; ``odpo`` SFT, then DPO on pairs of its own passed and
     failed answers. ``rm`` and ``rm-control`` ask how much of the verifier's gain survives when the
     judge is seen only through a reward model: both train a reward model in the iteration before
     their GRPO one (the target carried forward there); ``rm`` then learns from the model's rewards,

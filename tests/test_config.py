@@ -78,7 +78,7 @@ def test_the_shipped_recipes_load():
     assert llm.world.tasks == FlywheelConfig().world.tasks  # the same suite as make demo: shared tiny opponents
     assert llm.judge.kind == "verifier" and not llm.world.prompt_pools  # no model here can judge open prompts
     rl = load_config(ROOT / "flows/recipes/rl.yaml")
-    assert [rl.train.method_of(k) for k in (1, 3, 4, 9)] == ["sft", "sft", "sft+expert", "sft+expert"]
+    assert [rl.train.method_of(k) for k in (1, 2, 3, 4, 9)] == ["sft", "sft", "sft+expert", "sft+expert", "sft+expert"]
     assert rl.model_copy(update={"train": FlywheelConfig().train}) == FlywheelConfig()  # only train differs
     smol = load_config(ROOT / "flows/recipes/smollm2_rl.yaml")
     assert smol.train.schedule == ["sft", "sft+expert"] and smol.train.rl.reward == "verifier" and smol.train.lora
