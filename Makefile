@@ -43,8 +43,9 @@ demo-llm: install
 
 # Three workers: many tests wait on servers and subprocesses, so on a 2-core machine three end sooner
 # than two or four. Each builds its own tiny models; one Prefect server, started as the session
-# begins, serves them all (tests/conftest.py); worksteal: a worker that runs dry takes tests from another's queue (the long runs are collected first, dealt out
-# among the workers). Torch runs on one thread in every test process (tests/conftest.py).
+# begins, serves them all (tests/conftest.py); worksteal: a worker that runs dry takes tests from
+# another's queue (the long runs are collected first, dealt out among the workers). Torch runs on
+# one thread in every test process (tests/conftest.py).
 test: install
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest --numprocesses 3 --dist worksteal
