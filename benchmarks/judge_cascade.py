@@ -16,24 +16,32 @@ verdict token is its confidence (higher when it read right). The cheap judge: ``
 flip, ``--strong-latency`` 50 ms, at ``--price-ratio`` 20x the cheap one's price per token. Cost is
 metered per call (tokens x price, as ``usage.jsonl`` counts it); no arm reads another's cache.
 
-Arms, side by side on each seed's battles: ``strong`` and ``cheap`` alone; ``cascade`` cheap -> strong
-at each of ``--thresholds`` with ties escalated (the default) and with confident, consistent ties
-decided; and ``chosen``, the cascade whose threshold and tie rule were chosen on the validation split
-(``judges.cascade_report.choose_thresholds``: the least cost reaching ``--target`` agreement with the
-strong judge) of the suite drawn with ``--calibration-seed`` (100), with contestants and judge draws of
-its own. Every cascade audits 5% of the cheap judge's decisions with the strong judge (paid for).
+Arms, side by side on each seed's battles: ``strong`` alone (both orders: what Arena-Hard and
+AlpacaEval do today), ``strong, 2nd order when unsure`` (one order per battle, its seats drawn per
+battle; the second only under a threshold, and it has none here: one order), ``cheap`` alone;
+``cascade`` cheap -> strong at each of ``--thresholds`` with ties escalated (the default) and with
+confident, consistent ties decided; and ``chosen``, the cascade whose threshold and tie rule were
+chosen on the validation split (``judges.cascade_report.choose_thresholds``: the least cost
+reaching ``--target`` agreement with the strong judge, 0.95) of the suite drawn with
+``--calibration-seed`` (100), with contestants and judge draws of its own, twice: its strong tier
+judging both orders, and judging the second order only when unsure (``second_order: when_unsure``).
+Every cascade audits 5% of the cheap judge's decisions with the strong judge (paid for).
 
 Columns: accuracy against the truth (an invalid verdict is wrong; a tie and "both bad" agree),
 agreement with the strong judge's verdicts, cost (USD), cost per decisive verdict (a win, not a tie),
 the share the cheap tier escalated, and seconds.
 
-Which seeds report: ``--seeds`` (0, 1, 2) only; nothing is chosen on them. The threshold and tie rule
-of ``chosen`` come from the validation split of ``--calibration-seed``; the fixed thresholds are set in
-advance. Per seed: ``strong``'s cost / ``chosen``'s, and whether ``chosen``'s accuracy is at least 95%
+Which seeds report: ``--seeds`` (10, 11, 12: registered as held out in benchmarks/worlds.yaml,
+world ``judge_battles``, before they ran; seeds 0-2 steered the target and the strong tier's orders
+and are tuning seeds now). The threshold and tie rule of ``chosen`` come from the validation split of
+``--calibration-seed``; the fixed thresholds are set in advance. Per seed: ``strong``'s cost / the
+last ``chosen``'s (strong tier second order when unsure), and whether its accuracy is at least 95%
 of ``strong``'s. The last line is ``ratio: X``, the median of that cost ratio over the seeds (the
-goal: X >= 3, each seed meeting the 95% condition).
+goal: X >= 3, each seed meeting the 95% condition). ``--strong-flip`` gives the strong judge a
+position bias, which one order per battle leaves unchecked.
 
     python -m benchmarks.judge_cascade                      # 3 seeds x 400 battles (about 1.5 minutes)
+    python -m benchmarks.judge_cascade --strong-flip 0.1    # the strong judge prefers seat A 10% of the time
     python -m benchmarks.judge_cascade --seeds 0 --battles 100 --calibration-battles 100   # quick
 
 Does the embedded flywheel learn as well with the cascade as with the strong judge alone? ``--serve``
@@ -46,9 +54,9 @@ keeps the two judges up on 127.0.0.1:8701 (cheap) and :8702 (strong) for runs of
     python -m benchmarks.efficacy --seeds 0,1,2 --set judge.kind=llm \
         --set "judge.player=$J, name: strong, model: strong-judge, base_urls: ['http://127.0.0.1:8702/v1']}"
     python -m benchmarks.efficacy --seeds 0,1,2 --set judge.kind=cascade --set "judge.cascade.tiers=[
-        {kind: llm, price: 0.0008, threshold: 0.62, ties: decide, player: $J, name: cheap, model: cheap-judge,
+        {kind: llm, price: 0.0008, threshold: 0.7, ties: decide, player: $J, name: cheap, model: cheap-judge,
          base_urls: ['http://127.0.0.1:8701/v1']}},
-        {kind: llm, price: 0.016, player: $J, name: strong, model: strong-judge,
+        {kind: llm, price: 0.016, second_order: when_unsure, player: $J, name: strong, model: strong-judge,
          base_urls: ['http://127.0.0.1:8702/v1']}}]"
 
 (the threshold and tie rule: those ``chosen`` prints; the prices: its prices per battle.)
@@ -64,6 +72,7 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.stats import parse_seeds
+from benchmarks.worlds import standing
 from flywheel.ground.records import SCORE_A, Battle, Judgment, Prompt, stable_id
 from flywheel.ground.reports import text_table
 from flywheel.players import create_player
@@ -127,7 +136,7 @@ def serve(args, out, stop, ports: tuple[int, int] = (0, 0)) -> None:
     with FakeAPI("script", delay_s=args.cheap_latency, port=ports[0]) as cheap, \
             FakeAPI("script", delay_s=args.strong_latency, port=ports[1]) as strong:
         cheap.script = NoisyJudge(args.cheap_noise, args.cheap_flip, seed=1)
-        strong.script = NoisyJudge(args.strong_noise, 0.0, seed=2)
+        strong.script = NoisyJudge(args.strong_noise, args.strong_flip, seed=2)
         out.put((cheap.url, strong.url))
         stop.wait()
 
@@ -138,13 +147,13 @@ class Judges:
     def __init__(self, urls: tuple[str, str], args) -> None:
         self.urls, self.args = urls, args
 
-    def make(self, which: str, confidence: bool = False) -> LLMJudge:
+    def make(self, which: str, confidence: bool = False, second_order: str = "always") -> LLMJudge:
         strong = which == "strong"
         ratio = self.args.price_ratio if strong else 1.0
         player = create_player("openai", which, model=f"{which}-judge", base_urls=[self.urls[strong]],
                                max_concurrency=self.args.concurrency, retry=RetryPolicy(2, 0.05, 1.0),
                                price_input_per_mtok=PRICE_IN * ratio, price_output_per_mtok=PRICE_OUT * ratio)
-        return LLMJudge(player, max_new_tokens=64, confidence=confidence)
+        return LLMJudge(player, max_new_tokens=64, confidence=confidence, second_order=second_order)
 
 
 def spent(judge: PairwiseJudge) -> float:
@@ -170,9 +179,12 @@ def run_arm(name: str, judge: PairwiseJudge, battles: list[Battle], truth: list[
     return arm, js
 
 
-def cascade(judges: Judges, threshold: float | None, ties: bool, prices: tuple[float, float]) -> CascadeJudge:
+def cascade(judges: Judges, threshold: float | None, ties: bool, prices: tuple[float, float],
+            strong_orders: str = "always") -> CascadeJudge:
+    """cheap -> strong; ``strong_orders``: the strong tier's ``second_order``."""
     return CascadeJudge([Tier(judges.make("cheap", confidence=threshold is not None), prices[0], threshold, ties),
-                         Tier(judges.make("strong"), prices[1])], audit_share=AUDIT, audit_seed=0)
+                         Tier(judges.make("strong", second_order=strong_orders), prices[1])],
+                        audit_share=AUDIT, audit_seed=0)
 
 
 def calibrate(judges: Judges, args) -> tuple[tuple[float | None, bool], tuple[float, float], float, float]:
@@ -196,14 +208,19 @@ def one_seed(seed: int, args, judges: Judges, chosen: tuple[float | None, bool],
     truth = [j.winner for j in VerifierJudge().judge(battles)]
     strong, strong_js = run_arm("strong", judges.make("strong"), battles, truth, None)
     said = [j.winner for j in strong_js]
-    arms = [strong, run_arm("cheap", judges.make("cheap"), battles, truth, said)[0]]
+    arms = [strong, run_arm("strong, 2nd order when unsure", judges.make("strong", second_order="when_unsure"),
+                            battles, truth, said)[0],
+            run_arm("cheap", judges.make("cheap"), battles, truth, said)[0]]
     for threshold in args.thresholds:
         for ties in (True, False):
             name = f"cascade t={threshold:g} ties {'escalate' if ties else 'decide'}"
             arms.append(run_arm(name, cascade(judges, threshold, ties, prices), battles, truth, said)[0])
     t, ties = chosen
-    name = f"chosen (t={'-' if t is None else f'{t:g}'}, ties {'escalate' if ties else 'decide'})"
-    arms.append(run_arm(name, cascade(judges, t, ties, prices), battles, truth, said)[0])
+    name = f"t={'-' if t is None else f'{t:g}'}, ties {'escalate' if ties else 'decide'}"
+    arms.append(run_arm(f"chosen ({name}), strong both orders", cascade(judges, t, ties, prices), battles, truth,
+                        said)[0])
+    arms.append(run_arm(f"chosen ({name}), strong 2nd order when unsure",
+                        cascade(judges, t, ties, prices, "when_unsure"), battles, truth, said)[0])
     return arms
 
 
@@ -231,15 +248,16 @@ def serve_forever(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", nargs="+", default=["0,1,2"])
+    ap.add_argument("--seeds", nargs="+", default=["10,11,12"])
     ap.add_argument("--battles", type=int, default=400, help="battles per seed")
     ap.add_argument("--calibration-seed", type=int, default=100)
     ap.add_argument("--calibration-battles", type=int, default=400)
-    ap.add_argument("--target", type=float, default=0.92, help="agreement with the strong judge 'chosen' must reach")
+    ap.add_argument("--target", type=float, default=0.95, help="agreement with the strong judge 'chosen' must reach")
     ap.add_argument("--thresholds", type=float, nargs="+", default=[0.6, 0.8])
     ap.add_argument("--cheap-noise", type=float, default=0.25)
     ap.add_argument("--cheap-flip", type=float, default=0.1)
     ap.add_argument("--strong-noise", type=float, default=0.05)
+    ap.add_argument("--strong-flip", type=float, default=0.0, help="the strong judge's position bias (per order)")
     ap.add_argument("--price-ratio", type=float, default=20.0)
     ap.add_argument("--cheap-latency", type=float, default=0.01, help="seconds per call")
     ap.add_argument("--strong-latency", type=float, default=0.05, help="seconds per call")
@@ -266,11 +284,13 @@ def main() -> None:
         ratios, held = [], []
         for seed in seeds:
             arms = one_seed(seed, args, judges, chosen, prices)
-            print(f"\nseed {seed}: {args.battles} battles\n" + text_table([a.row() for a in arms], list(arms[0].row())))
-            strong, pick = arms[0], arms[-1]
+            print(f"\nseed {seed}: {args.battles} battles ({standing(('judge_battles', seed, None, None, None))})\n"
+                  + text_table([a.row() for a in arms], list(arms[0].row())))
+            strong, one_order, pick = arms[0], arms[1], arms[-1]
             ratios.append(strong.cost_usd / pick.cost_usd)
             held.append(pick.accuracy >= 0.95 * strong.accuracy)
-            print(f"strong cost / chosen cost: {ratios[-1]:.2f}; chosen accuracy {pick.accuracy:.3f} "
+            print(f"strong cost / chosen cost: {ratios[-1]:.2f} (strong with the 2nd order when unsure / chosen: "
+                  f"{one_order.cost_usd / pick.cost_usd:.2f}); chosen accuracy {pick.accuracy:.3f} "
                   f"{'>=' if held[-1] else '<'} 95% of strong's {strong.accuracy:.3f}")
     finally:
         stop.set()

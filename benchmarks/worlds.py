@@ -70,7 +70,8 @@ def registry() -> dict:
 
 def world_key(entry: dict) -> tuple:
     """A registry entry's world: its kind (``world``: ``tasks`` where none is named, ``multiturn``,
-    ``tictactoe``, ``hanabi``), then suite, pre-training, deals and threads (None where absent)."""
+    ``tictactoe``, ``hanabi``, ``judge_battles``: the battles benchmarks.judge_cascade draws), then
+    suite, pre-training, deals and threads (None where absent)."""
     return (entry.get("world", "tasks"), *(entry.get(f) for f in KEY_FIELDS))
 
 

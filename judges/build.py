@@ -21,8 +21,10 @@ def build_verifier(vc) -> VerifierJudge:
     return VerifierJudge.from_config(vc)
 
 
-def _llm(jc, roster, cache, pc, confidence: bool = False) -> PairwiseJudge:
-    return LLMJudge.from_config(jc, pc, roster.build(pc, pc.name), cache=cache, confidence=confidence)
+def _llm(jc, roster, cache, pc, confidence: bool = False, tc=None) -> PairwiseJudge:
+    """An LLM judge of ``pc``; ``tc``, a cascade tier, sets how it judges the second order."""
+    orders = {} if tc is None else {"second_order": tc.second_order, "sure_above": tc.threshold}
+    return LLMJudge.from_config(jc, pc, roster.build(pc, pc.name), cache=cache, confidence=confidence, **orders)
 
 
 def _verifier(jc, roster, cache) -> PairwiseJudge:
@@ -59,7 +61,7 @@ def _tier(jc, tc, roster, cache, confidence: bool = False) -> Tier:
     tier asks for log-probabilities where it has a threshold, or where ``confidence``."""
     view = jc.model_copy(update={"kind": tc.kind, "player": tc.player, "panel": tc.panel, "aggregate": tc.aggregate,
                                  "template": tc.template or jc.template, "custom": tc.custom, "options": tc.options})
-    judge = (_llm(view, roster, cache, tc.player, confidence=confidence or tc.threshold is not None)
+    judge = (_llm(view, roster, cache, tc.player, confidence=confidence or tc.threshold is not None, tc=tc)
              if tc.kind == "llm" else JUDGES[tc.kind](view, roster, cache))
     return Tier.from_config(judge, tc)
 
@@ -71,9 +73,11 @@ def _cascade(jc, roster, cache, bypass=None) -> PairwiseJudge:
 def calibration_tiers(jc, roster, cache=None) -> list[Tier]:
     """The tiers of the cascade ``jc`` (a JudgeConfig of kind cascade), each built alone to judge
     calibration battles: every llm tier before the last asks for log-probabilities, so any
-    threshold can be tried (the last tier's verdicts are the reference: its cached ones serve)."""
+    threshold can be tried (the last tier's verdicts are the reference: its cached ones serve). Each
+    judges both orders whatever its ``second_order``: the choice reads both."""
     last = len(jc.cascade.tiers) - 1
-    return [_tier(jc, tc, roster, cache, confidence=i < last) for i, tc in enumerate(jc.cascade.tiers)]
+    return [_tier(jc, tc.model_copy(update={"second_order": "always"}), roster, cache, confidence=i < last)
+            for i, tc in enumerate(jc.cascade.tiers)]
 
 
 # judge.kind -> how to build it from (JudgeConfig, Roster, cache)

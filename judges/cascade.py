@@ -17,8 +17,12 @@ anyway is never audited.
 
 Each judgment is the deciding tier's, with ``Judgment.cascade`` (JSON): the tier that decided, what
 every tier it passed said (``trail``: judge, winner, flip, confidence, error, why it was unsure) and
-the audit's verdict, if any. Tiers the guard turned off (``bypass``: a callable, asked at each batch,
-giving (tier, judge name) pairs; a pair whose name is no longer that tier's is ignored) are skipped.
+the audit's verdict, if any; each step and the audit record ``spent``, the share of the tier's
+price it cost (0.5 where a tier judging the second order only when unsure was sure of one order).
+An llm tier with ``second_order`` ``when_unsure`` (the last tier too) judges one order, and the
+other only where that verdict's confidence is under its ``threshold`` (judges/llm.py). Tiers the
+guard turned off (``bypass``: a callable, asked at each batch, giving (tier, judge name) pairs; a
+pair whose name is no longer that tier's is ignored) are skipped.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ TIES = ("tie", "tie (bothbad)")
 class Tier:
     """One judge of the cascade. ``price``: USD per battle it judges; ``threshold``: the least
     confidence a verdict needs to stand (None: not read); ``escalate_ties``: a tie goes on;
-    ``exact``: a verifier, unsure only where it cannot check."""
+    ``exact``: a verifier, unsure only where it cannot check. (A tier's judge carries how it judges
+    the orders: ``LLMJudge(second_order=...)``.)"""
 
     judge: PairwiseJudge
     price: float
@@ -72,8 +77,9 @@ def audited(battle_id: str, seed: int, share: float) -> bool:
     return share > 0 and int(stable_id("audit", seed, battle_id), 16) < share * 16**16
 
 
-def _said(j: Judgment) -> dict[str, Any]:
-    return {"judge": j.judge, "winner": j.winner, "flip": j.flip, "confidence": j.confidence, "error": j.error}
+def _said(j: Judgment, spent: float = 1.0) -> dict[str, Any]:
+    return {"judge": j.judge, "winner": j.winner, "flip": j.flip, "confidence": j.confidence, "error": j.error,
+            "spent": spent}
 
 
 class CascadeJudge(PairwiseJudge):
@@ -113,9 +119,9 @@ class CascadeJudge(PairwiseJudge):
             if not pending:
                 break
             tier, passed = self.tiers[i], []
-            for b, j in zip(pending, tier.judge.judge(pending)):
+            for b, (j, spent) in zip(pending, tier.judge.judge_costed(pending)):
                 why = unsure(b, j, tier) if i < last else None
-                trail[b.battle_id].append({"tier": i, **_said(j), "unsure": why})
+                trail[b.battle_id].append({"tier": i, **_said(j, spent), "unsure": why})
                 if why is None:
                     decided[b.battle_id] = (i, j)
                 else:
@@ -123,12 +129,14 @@ class CascadeJudge(PairwiseJudge):
             pending = passed
         audits = [b for b in battles if decided[b.battle_id][0] < last
                   and audited(b.battle_id, self.audit_seed, self.audit_share)]
-        checked = dict(zip((b.battle_id for b in audits), self.tiers[last].judge.judge(audits))) if audits else {}
+        checked = dict(zip((b.battle_id for b in audits),
+                           self.tiers[last].judge.judge_costed(audits))) if audits else {}
         return [self._record(b, *decided[b.battle_id], trail[b.battle_id], checked.get(b.battle_id)) for b in battles]
 
     @staticmethod
-    def _record(b: Battle, tier: int, j: Judgment, trail: list[dict[str, Any]], audit: Judgment | None) -> Judgment:
-        record = {"tier": tier, "trail": trail, "audit": None if audit is None else _said(audit)}
+    def _record(b: Battle, tier: int, j: Judgment, trail: list[dict[str, Any]],
+                audit: tuple[Judgment, float] | None) -> Judgment:
+        record = {"tier": tier, "trail": trail, "audit": None if audit is None else _said(*audit)}
         return replace(j, cascade=json.dumps(record))
 
 

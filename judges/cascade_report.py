@@ -2,7 +2,8 @@
 and the choice of thresholds on battles every tier judged.
 
 Per tier: ``asked`` (battles it judged, audits included for the last tier), ``decided``,
-``escalated`` and its share of ``asked``, ``cost_usd`` (``asked`` x the tier's price),
+``escalated`` and its share of ``asked``, ``cost_usd`` (``asked`` x the tier's price, each battle
+counted at the share of it the tier spent: half where it judged one order),
 ``per_decisive_usd`` (its cost over the decisive verdicts it gave: a win, not a tie), and its
 agreement with the last tier on its audited battles (``audited``, ``agreement`` and a Wilson 95%
 interval; a tie and "both bad" agree). Verdicts agree where they give model A the same score.
@@ -41,6 +42,7 @@ def tier_figures(judgments: Iterable[Judgment], prices: Sequence[float]) -> list
     n = len(prices)
     rows = [{"tier": i, "asked": 0, "decided": 0, "escalated": 0, "decisive": 0, "audited": 0, "agree": 0}
             for i in range(n)]
+    spent = [0.0] * n
     for j in judgments:
         rec = cascade_of(j)
         if rec is None:
@@ -48,18 +50,20 @@ def tier_figures(judgments: Iterable[Judgment], prices: Sequence[float]) -> list
         for step in rec["trail"]:
             row = rows[step["tier"]]
             row["asked"] += 1
+            spent[step["tier"]] += step.get("spent", 1.0)
             row["escalated"] += step["unsure"] is not None
         mine = rows[rec["tier"]]
         mine["decided"] += 1
         mine["decisive"] += j.winner in DECISIVE
         if rec["audit"] is not None:
             rows[-1]["asked"] += 1
+            spent[-1] += rec["audit"].get("spent", 1.0)
             if rec["audit"]["winner"] is not None:
                 mine["audited"] += 1
                 mine["agree"] += agree(j.winner, rec["audit"]["winner"])
-    for row, price in zip(rows, prices):
+    for row, price, share in zip(rows, prices, spent):
         row["escalated_share"] = round(row["escalated"] / row["asked"], 4) if row["asked"] else None
-        row["cost_usd"] = round(row["asked"] * price, 6)
+        row["cost_usd"] = round(share * price, 6)
         row["per_decisive_usd"] = round(row["cost_usd"] / row["decisive"], 6) if row["decisive"] else None
         row["agreement"] = round(row["agree"] / row["audited"], 4) if row["audited"] else None
         row["agreement_ci"] = wilson(row["agree"], row["audited"])

@@ -11,6 +11,12 @@
 - Both orders: each battle is judged as (A, B) and as (B, A); consistent verdicts count, an
   inconsistent pair becomes a tie (``inconsistent = "tie"``) or is invalid (``"invalid"``);
   either way ``Judgment.flip`` records it, for the position-flip rate.
+- The second order when unsure (``second_order="when_unsure"``, a cascade tier's setting): each
+  battle is judged first in one seat order, drawn per battle from its id (so a judge's position
+  bias does not always favour one model), and in the other order only where that verdict's
+  confidence is under ``sure_above`` (where the API gave log-probabilities). A verdict
+  that stands on one order has ``flip`` None and cost half a battle's two calls; an invalid first
+  order stays invalid.
 - Unparseable output is asked again (``max_parse_retries``, with a fresh fence) and then
   recorded as invalid: never counted as a win, a loss or a tie. A failed call is recorded the same.
 - Cache: raw outputs are kept by a hash of (judge model identity, rendered prompt, length limit),
@@ -178,6 +184,12 @@ def _swap(v: Verdict) -> Verdict:
     return seat, strength, (scores[1], scores[0]) if scores else None
 
 
+def first_order_swapped(battle_id: str) -> bool:
+    """Whether a battle judged in one order first is asked with its answers swapped: half the
+    battles, drawn from the battle's id (the same on resume)."""
+    return int(stable_id("first order", battle_id), 16) % 2 == 1
+
+
 def model_identity(pc: PlayerConfig) -> str:
     """What a judge model's outputs depend on (part of the judgment cache key)."""
     return f"{pc.kind}:{pc.model or pc.path or pc.name}@{','.join(pc.base_urls)}"
@@ -186,12 +198,17 @@ def model_identity(pc: PlayerConfig) -> str:
 class LLMJudge(PairwiseJudge):
     def __init__(self, player: Player, template: str = "arena_hard", both_orders: bool = True,
                  inconsistent: str = "tie", max_parse_retries: int = 1, max_new_tokens: int = 512,
-                 cache=None, identity: str | None = None, confidence: bool = False) -> None:
+                 cache=None, identity: str | None = None, confidence: bool = False,
+                 second_order: str = "always", sure_above: float | None = None) -> None:
+        if second_order not in ("always", "when_unsure"):
+            raise ValueError(f"second_order: 'always' or 'when_unsure', not {second_order!r}")
         self.player = player
         self.template_name = Path(template).stem
         self.template, self.format = load_template(template)
         self.multi_template, self.multi_format = load_template(multi_turn_template(template), MULTI_FIELDS)
         self.both_orders = both_orders
+        self.when_unsure = both_orders and second_order == "when_unsure"
+        self.sure_above = sure_above
         self.inconsistent = inconsistent
         self.max_parse_retries = max_parse_retries
         self.params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, logprobs=confidence)
@@ -205,13 +222,16 @@ class LLMJudge(PairwiseJudge):
 
     @classmethod
     def from_config(cls, jc: JudgeConfig, pc: PlayerConfig, player: Player, *, cache=None,
-                    confidence: bool = False) -> LLMJudge:
+                    confidence: bool = False, second_order: str = "always",
+                    sure_above: float | None = None) -> LLMJudge:
         """The judge a ``judge:`` section ``jc`` describes (template, both orders, inconsistent pairs,
         parse retries), asking ``player``, the model ``pc`` configures (its length limit; its kind,
-        model and endpoints name its outputs in ``cache``)."""
+        model and endpoints name its outputs in ``cache``); ``second_order`` and ``sure_above``: a
+        cascade tier's (see the module's docstring)."""
         return cls(player, template=jc.template, both_orders=jc.both_orders, inconsistent=jc.inconsistent,
                    max_parse_retries=jc.max_parse_retries, max_new_tokens=pc.max_new_tokens, cache=cache,
-                   identity=model_identity(pc), confidence=confidence)
+                   identity=model_identity(pc), confidence=confidence, second_order=second_order,
+                   sure_above=sure_above)
 
     def llm_judges(self) -> list[LLMJudge]:
         return [self]
@@ -285,15 +305,55 @@ class LLMJudge(PairwiseJudge):
         return out
 
     def judge(self, battles: list[Battle]) -> list[Judgment]:
+        return [j for j, _ in self.judge_costed(battles)]
+
+    def judge_costed(self, battles: list[Battle]) -> list[tuple[Judgment, float]]:
         self.judged += len(battles)
+        if self.when_unsure:
+            return self._judge_when_unsure(battles)
         first = self._ask(battles, swap=False)
         second = self._ask(battles, swap=True) if self.both_orders else {}
-        return [self._combine(b, first[b.battle_id], second.get(b.battle_id)) for b in battles]
+        return [(self._combine(b, first[b.battle_id], second.get(b.battle_id)), 1.0) for b in battles]
 
-    def _combine(self, b: Battle, one: Answer, two: Answer | None) -> Judgment:
+    def _ask_seated(self, battles: list[Battle], swapped: dict[str, bool]) -> dict[str, Answer]:
+        """Each battle asked in its own seat order (``swapped[battle id]``)."""
+        out: dict[str, Answer] = {}
+        for swap in (False, True):
+            group = [b for b in battles if swapped[b.battle_id] == swap]
+            if group:
+                out.update(self._ask(group, swap))
+        return out
+
+    def _sure(self, answer: Answer) -> bool:
+        """Whether one order's answer stands alone: invalid (it stays so), or a verdict whose confidence
+        reaches ``sure_above`` (where both are known)."""
+        verdict, _, _, conf = answer
+        return verdict is None or self.sure_above is None or conf is None or conf >= self.sure_above
+
+    def _judge_when_unsure(self, battles: list[Battle]) -> list[tuple[Judgment, float]]:
+        """One order per battle (its seats drawn from its id), the other where that one is unsure."""
+        swapped = {b.battle_id: first_order_swapped(b.battle_id) for b in battles}
+        first = self._ask_seated(battles, swapped)
+        again = [b for b in battles if not self._sure(first[b.battle_id])]
+        second = self._ask_seated(again, {b.battle_id: not swapped[b.battle_id] for b in again})
+        out = []
+        for b in battles:
+            one, two = first[b.battle_id], second.get(b.battle_id)
+            if two is None:
+                out.append((self._combine(b, one, None, swapped[b.battle_id]), 0.5))
+            else:
+                out.append((self._combine(b, *((two, one) if swapped[b.battle_id] else (one, two))), 1.0))
+        return out
+
+    def _combine(self, b: Battle, one: Answer, two: Answer | None, swapped: bool = False) -> Judgment:
+        """The judgment from the (A,B) order's answer ``one`` and the (B,A) order's ``two``; with one
+        order only (``two`` None), ``one`` is that order's, asked swapped where ``swapped``."""
         v1, raw1, err1, c1 = one
         v2, raw2, err2, c2 = two if two is not None else (v1, "", None, c1)
-        raw = raw1 if two is None else f"[A,B] {raw1}\n[B,A] {raw2}"
+        if two is not None:
+            raw = f"[A,B] {raw1}\n[B,A] {raw2}"
+        else:
+            raw = f"[B,A] {raw1}" if swapped else (f"[A,B] {raw1}" if self.when_unsure else raw1)
         conf = min(c1, c2) if c1 is not None and c2 is not None else None
         if err1 or err2 or v1 is None or v2 is None:
             return Judgment(b.battle_id, self.name, None, 0.0, raw=raw, error=err1 or err2 or "no verdict")

@@ -46,6 +46,11 @@ class PairwiseJudge(abc.ABC):
     def judge(self, battles: list[Battle]) -> list[Judgment]:
         """Judge every battle; same length and order as ``battles``."""
 
+    def judge_costed(self, battles: list[Battle]) -> list[tuple[Judgment, float]]:
+        """``judge``, each judgment with the share of a full judgment's calls it spent (1.0 here; an
+        LLM judge that asks the second order only when unsure spends 0.5 on a battle it was sure of)."""
+        return [(j, 1.0) for j in self.judge(battles)]
+
     def judge_pairs(self, pairs: Sequence[tuple]) -> list[Judgment]:
         """Judge (prompt, response_a, response_b[, reference]) tuples."""
         return self.judge([pair_battle(*p) for p in pairs])

@@ -26,9 +26,9 @@ def test_every_tuning_world_says_what_it_steered_and_every_held_out_world_when_i
     for entry in reg["held_out"]:
         assert entry.get("registered", "").strip() and entry.get("seeds"), entry
         assert entry.get("purpose") or entry.get("benchmarks"), entry
-        assert entry.get("world", "tasks") in ("tasks", "multiturn", "tictactoe", "hanabi"), entry
+        assert entry.get("world", "tasks") in ("tasks", "multiturn", "tictactoe", "hanabi", "judge_battles"), entry
     for entry in reg["tuning"] + reg["held_out"]:
-        assert entry.get("world", "tasks") in ("tasks", "multiturn", "tictactoe", "hanabi"), entry
+        assert entry.get("world", "tasks") in ("tasks", "multiturn", "tictactoe", "hanabi", "judge_battles"), entry
 
 
 def test_a_world_is_labelled_from_the_registry():

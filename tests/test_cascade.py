@@ -79,6 +79,63 @@ def test_each_unsure_case_goes_to_the_next_tier_and_every_tier_it_passed_is_reco
     assert len(strong.requests) == 2 * 5
 
 
+def seat_a_when_unsure(prompt: str):
+    """A strong judge sure (0.95) of every battle but 4+4= (0.3), where it also prefers seat A."""
+    question = fenced_blocks(prompt)["QUESTION"]
+    reply = judge_reply(prompt, biased_to="A" if question == "4+4=" else None)
+    verdict = re.search(r"\[\[(.*?)\]\]", reply)[1]
+    return f"[[{verdict}]]", [("[[", 0.0), (verdict, math.log(0.3 if question == "4+4=" else 0.95)), ("]]", 0.0)]
+
+
+def test_a_tier_asks_the_second_order_only_when_unsure_and_a_battle_it_was_sure_of_costs_half():
+    with FakeAPI("judge") as cheap, FakeAPI("script") as strong:
+        strong.script = seat_a_when_unsure
+        last = LLMJudge(create_player("openai", "strong", model="strong", base_urls=[strong.url], retry=NO_RETRY),
+                        max_new_tokens=64, confidence=True, second_order="when_unsure", sure_above=0.8)
+        tiers = [Tier(llm(cheap, "cheap"), 0.001), Tier(last, 0.02)]
+        right = [battle(f"r{i}", f"{i}+1=", str(i + 1), str(i + 2)) if i % 2 else
+                 battle(f"r{i}", f"{i}+1=", str(i + 2), str(i + 1)) for i in range(1, 21)]
+        battles = [*right, battle("tie", "9+9=", "18", "18"), battle("unsure", "4+4=", "8", "8")]
+        js = {j.battle_id: j for j in CascadeJudge(tiers, audit_share=0.0).judge(battles)}
+        seats = [(fenced_blocks(r["body"]["messages"][-1]["content"])["QUESTION"],
+                  fenced_blocks(r["body"]["messages"][-1]["content"])["ANSWER A"].strip()) for r in strong.requests]
+    # The cheap judge decided the 20 battles with one right answer; the ties went on (ties escalate).
+    assert {bid for bid, j in js.items() if cascade_of(j)["tier"] == 1} == {"tie", "unsure"}
+    # The tie the strong judge was sure of: one order. 4+4= at 0.3: both orders, which disagree (seat A): a tie.
+    assert [step["spent"] for step in cascade_of(js["tie"])["trail"]] == [1.0, 0.5] and js["tie"].flip is None
+    assert cascade_of(js["unsure"])["trail"][1]["spent"] == 1.0 and js["unsure"].flip is True
+    assert js["unsure"].winner == "tie" and js["tie"].winner == "tie"
+    assert sorted(seats) == [("4+4=", "8"), ("4+4=", "8"), ("9+9=", "18")]
+    rows = tier_figures(js.values(), [0.001, 0.02])
+    assert rows[1]["asked"] == 2 and rows[1]["cost_usd"] == round(1.5 * 0.02, 6)
+
+
+def asked_first(server) -> dict[str, str]:
+    """Question -> the answer the judge was shown in seat A (each question asked once)."""
+    blocks = [fenced_blocks(r["body"]["messages"][-1]["content"]) for r in server.requests]
+    return {b["QUESTION"]: b["ANSWER A"].strip() for b in blocks}
+
+
+def test_one_order_first_draws_the_seats_per_battle_and_reads_each_verdict_in_the_battles_own_seats():
+    battles = [battle(f"s{i}", f"{i}+1=", str(i + 1), str(i + 2)) if i % 2 else
+               battle(f"s{i}", f"{i}+1=", str(i + 2), str(i + 1)) for i in range(1, 41)]
+    with FakeAPI("judge") as strong:
+        judge = LLMJudge(create_player("openai", "strong", model="strong", base_urls=[strong.url], retry=NO_RETRY),
+                         max_new_tokens=64, second_order="when_unsure")
+        costed = judge.judge_costed(battles)
+        seat_a = asked_first(strong)
+    assert len(strong.requests) == 40 and [spent for _, spent in costed] == [0.5] * 40
+    # Half the battles, about, were asked with their answers swapped: a judge biased to a seat favours no model.
+    assert 10 <= sum(seat_a[b.prompt] != b.response_a for b in battles) <= 30
+    assert [j.winner for j, _ in costed] == ["model_a" if i % 2 else "model_b" for i in range(1, 41)]
+    assert all(j.flip is None and j.raw.startswith(("[A,B] ", "[B,A] ")) for j, _ in costed)
+    with FakeAPI("judge") as again:  # the draw is the battle's own: the same seats on resume
+        judge = LLMJudge(create_player("openai", "strong", model="strong", base_urls=[again.url], retry=NO_RETRY),
+                         max_new_tokens=64, second_order="when_unsure")
+        judge.judge(battles[20:] + battles[:20])
+        assert asked_first(again) == seat_a
+
+
 def test_the_audit_is_drawn_by_seed_and_never_counted_twice():
     suite, _ = build_suite(0, 12, 0)
     wrong = lambda p: p.reference + "9"
@@ -290,10 +347,17 @@ BAD = [
     (bad_tiers(**{"2__price": 0.0005}), ("error: invalid config: judge.cascade: tiers.2: the last tier decides what "
                                          "the others are unsure of, so it must be the strongest by price; its price "
                                          "0.0005 is not above tiers.1's 0.001")),
+    (bad_tiers(**{"2__threshold": 0.9}), ("error: invalid config: judge.cascade: tiers.2.threshold: the last tier has "
+                                          "no tier to pass a battle to (with second_order: when_unsure it says when to "
+                                          "ask the second order)")),
+    (bad_tiers(**{"0__second_order": "when_unsure"}), ("error: invalid config: judge.cascade.tiers.0: second_order: "
+                                                       "a verifier tier does not judge in two orders (only llm tiers "
+                                                       "do)")),
 ]
 
 
-@pytest.mark.parametrize("tiers, line", BAD, ids=["one tier", "no price", "threshold over 1", "last not dearest"])
+@pytest.mark.parametrize("tiers, line", BAD, ids=["one tier", "no price", "threshold over 1", "last not dearest",
+                                                 "last tier's threshold", "verifier's second order"])
 def test_a_bad_cascade_is_one_error_line_exit_2_and_no_run_directory(tmp_path, tiers, line):
     from typer.testing import CliRunner
 

@@ -123,6 +123,11 @@ class CascadeTier(Strict):
                                     "log-probabilities are asked for. Where the API returns none, it does not apply.")
     ties: Literal["escalate", "decide"] = Field("escalate", description="escalate: a tie goes to the next tier (a "
                                                 "tie is unsure); decide: a tie both orders agree on stands.")
+    second_order: Literal["always", "when_unsure"] = Field(
+        "always", description="llm tiers: always: judge every battle in both orders; when_unsure: judge it in one "
+        "order (seats drawn per battle) and in the other only where that verdict's confidence is under threshold "
+        "(without a threshold or log-probabilities: never), so a sure verdict costs half (its position bias goes "
+        "unchecked). On the last tier, threshold then says when to ask the second order.")
     player: PlayerConfig | None = Field(None, description="llm: the judge model (any player kind).")
     panel: list[PlayerConfig] = Field([], description="panel: the judge models (two or more).")
     aggregate: Literal["majority", "mean"] = Field("majority", description="panel: majority vote, or mean score.")
@@ -142,6 +147,8 @@ class CascadeTier(Strict):
             raise ValueError(f"price: {self.kind} tiers need one (USD per battle the tier judges, both orders)")
         if self.threshold is not None and self.kind != "llm":
             raise ValueError(f"threshold: a {self.kind} tier gives no log-probabilities (only llm tiers do)")
+        if self.second_order == "when_unsure" and self.kind != "llm":
+            raise ValueError(f"second_order: a {self.kind} tier does not judge in two orders (only llm tiers do)")
         return self
 
     @property
@@ -181,8 +188,9 @@ class CascadeConfig(Strict):
             i, price = dearer[0]
             raise ValueError(f"tiers.{len(rest)}: the last tier decides what the others are unsure of, so it must be "
                              f"the strongest by price; its price {last.cost:g} is not above tiers.{i}'s {price:g}")
-        if last.threshold is not None:
-            raise ValueError(f"tiers.{len(rest)}.threshold: the last tier has no tier to pass a battle to")
+        if last.threshold is not None and last.second_order != "when_unsure":
+            raise ValueError(f"tiers.{len(rest)}.threshold: the last tier has no tier to pass a battle to (with "
+                             f"second_order: when_unsure it says when to ask the second order)")
         names = [p.name for t in self.tiers for p in t.players()]
         if len(set(names)) < len(names):
             raise ValueError(f"tiers: each judge model needs its own name (repeated: "
@@ -243,6 +251,11 @@ class JudgeConfig(Strict):
             raise ValueError("kind reward_model needs judge.reward_model (the path of a reward model)")
         if self.kind == "cascade" and len(self.cascade.tiers) < 2:
             raise ValueError(f"kind cascade needs two or more tiers (judge.cascade.tiers has {len(self.cascade.tiers)})")
+        if self.kind == "cascade" and not self.both_orders:
+            one = [i for i, t in enumerate(self.cascade.tiers) if t.second_order == "when_unsure"]
+            if one:
+                raise ValueError(f"cascade.tiers.{one[0]}.second_order: when_unsure needs judge.both_orders (with "
+                                 "both_orders false every battle is judged in one order)")
         return self
 
 
