@@ -275,6 +275,24 @@ def test_the_guard_acts_on_a_tier_whose_agreement_with_the_last_tier_falls(tmp_p
     assert tiers["2"]["cost_source"] == "price" and tiers["2"]["cost_usd"] == round((30 + audits) * 0.02, 6)
 
 
+def test_a_run_whose_last_tier_judges_one_order_where_sure_asks_it_once_a_battle_and_counts_half_its_price(tmp_path):
+    with FakeAPI("script") as cheap, FakeAPI("script") as strong:
+        cheap.script, strong.script = NoisyJudge(0.25, 0.1, seed=1), NoisyJudge(0.05, seed=2)
+        cfg = run_config(tmp_path, "one-order", cheap, strong, audit_share=0.3)
+        cfg.judge.cascade.tiers[2].second_order = "when_unsure"  # no threshold: one order
+        ctx = open_run(cfg)
+        log_round(ctx)
+        judge_round(ctx, 1, 1)
+        report = judge_report(ctx, 1)
+        close_run(ctx)
+        asked = len(strong.requests)
+    tiers = report["cascade"]["tiers"]
+    assert asked == tiers["2"]["asked"] >= 20  # the open questions at least, and the audits: one call each
+    assert tiers["2"]["cost_source"] == "price" and tiers["2"]["cost_usd"] == round(asked * 0.02 / 2, 6)
+    js = ctx.store.judgments(1, "train").values()
+    assert all(j.flip is None for j in js if cascade_of(j)["tier"] == 2)
+
+
 def test_the_reports_show_each_tier_in_summary_json_flywheel_elo_and_the_report_page(tmp_path):
     from typer.testing import CliRunner
 
