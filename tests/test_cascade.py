@@ -231,6 +231,7 @@ def test_a_round_resumed_after_a_kill_mid_round_gives_the_same_verdicts(tmp_path
             judge_shard(str(killed.store.root), 1, 1, i)
         close_run(killed)
         resumed = open_run(run_config(tmp_path, "killed", cheap, strong), resume=killed.store.root)
+        assert len(json.loads(resumed.store.manifest_path.read_text())["machines"]) == 2  # opened, then resumed
         judge_round(resumed, 1, 1)
         close_run(resumed)
         assert (len(cheap.requests), len(strong.requests)) == (2 * asked[0], 2 * asked[1])  # nothing asked twice

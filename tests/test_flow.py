@@ -43,6 +43,12 @@ def test_flow_writes_the_run_directory(finished_run):
     assert lo <= ev["elo"] <= hi
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["packages"]["trl"] and "iter-0002/train" in manifest["timings"]
+    # The mapped shard tasks' wall time is recorded apart: the battle stage only collects after them.
+    timings = manifest["timings"]
+    assert timings["iter-0001/play-shards-r1"] > timings["iter-0001/battle-r1"]
+    assert "iter-0001/judge-shards-r1" in timings
+    [where] = manifest["machines"]
+    assert where["cpus"] >= 1 and where["python"].startswith("3.") and isinstance(where["gpus"], list)
 
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden.json"

@@ -213,8 +213,18 @@ class RunStore(PlanFiles):
     def save_stage_json(self, k: int, stage: str, result: dict[str, Any], seconds: float) -> None:
         """Store a finished stage's result and its timing (in the manifest)."""
         atomic_write_json(self.stage_path(k, stage), result)
+        self.save_timing(k, stage, seconds)
+
+    def save_timing(self, k: int, name: str, seconds: float) -> None:
+        """Record ``name``'s wall time in iteration ``k`` in the manifest's ``timings``."""
         manifest = read_json(self.manifest_path, {})
-        manifest.setdefault("timings", {})[f"{iter_name(k)}/{stage}"] = round(seconds, 3)
+        manifest.setdefault("timings", {})[f"{iter_name(k)}/{name}"] = round(seconds, 3)
+        atomic_write_json(self.manifest_path, manifest)
+
+    def record_machine(self, machine: dict[str, Any]) -> None:
+        """Add the machine a resumed run continues on to the manifest's ``machines``."""
+        manifest = read_json(self.manifest_path, {})
+        manifest.setdefault("machines", []).append(machine)
         atomic_write_json(self.manifest_path, manifest)
 
     # -- bandit state ------------------------------------------------------------------------

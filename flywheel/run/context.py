@@ -166,6 +166,7 @@ def open_run(cfg: FlywheelConfig, resume: Path | None = None, lock_wait_s: float
         cfg = load_config(config)
         store = RunStore(resume, cfg.run.cache_dir)
         store.lock(lock_wait_s)
+        store.record_machine(machine())
         return _register(Context(cfg, store))
     run_id = cfg.run.name or new_run_id()
     root = Path(cfg.run.root) / run_id
@@ -226,8 +227,31 @@ def _manifest(ctx: Context) -> dict[str, Any]:
         "inputs": {"train_pool": split(ctx.train_pool), "eval_split": split(ctx.eval_split),
                    "validation_split": split(ctx.validation)},
         "players": {n: ctx.roster.path(n) for n in ctx.roster.targets + ctx.roster.opponents},
+        "machines": [machine()],
         "timings": {},
     }
+
+
+def machine() -> dict[str, Any]:
+    """The machine a process opened or resumed the run on: platform, Python, the CPUs it may use,
+    memory, and the NVIDIA GPUs the driver lists (read from /proc: CUDA is not initialised here,
+    which would break forked workers)."""
+    import os
+    import platform
+
+    gpus = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        for line in info.read_text(errors="replace").splitlines():
+            if line.startswith("Model:"):
+                gpus.append(line.split(":", 1)[1].strip())
+    try:
+        memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"started": datetime.now(timezone.utc).isoformat(), "host": platform.node(),
+            "platform": platform.platform(), "python": platform.python_version(), "cpus": cpus,
+            "memory_gib": memory, "gpus": gpus}
 
 
 # -- stage bookkeeping --------------------------------------------------------------------------

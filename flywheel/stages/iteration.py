@@ -59,10 +59,12 @@ def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> Iterati
         runner.stage("select", select.select_round, ctx, k, rnd, plan.battles)
         n = battle.shard_count(ctx, k, rnd)
         if ctx.store.stage_json(k, f"battle-r{rnd}") is None:
-            runner.shards("play-shard", battle.play_shard, run_dir, k, rnd, n)
+            _timed_shards(ctx, k, f"play-shards-r{rnd}", lambda: runner.shards(
+                "play-shard", battle.play_shard, run_dir, k, rnd, n))
         runner.stage("battle", battle.battle_round, ctx, k, rnd)
         if ctx.store.stage_json(k, f"judge-r{rnd}") is None:
-            runner.shards("judge-shard", judge.judge_shard, run_dir, k, rnd, n)
+            _timed_shards(ctx, k, f"judge-shards-r{rnd}", lambda: runner.shards(
+                "judge-shard", judge.judge_shard, run_dir, k, rnd, n))
         runner.stage("judge", judge.judge_round, ctx, k, rnd)
         runner.stage("reward", select.reward_round, ctx, k, rnd)
     if ctx.cfg.select.teaching.enabled:  # opponents teach the targets; the best lessons join the SFT data
@@ -80,6 +82,14 @@ def run_iteration(ctx: Context, k: int, runner: Runner = InProcess()) -> Iterati
     runner.stage("promote", promote.promote_versions, ctx, k)
     _allocate(ctx, k, runner)
     return record_iteration(ctx, k, time.perf_counter() - t0)
+
+
+def _timed_shards(ctx: Context, k: int, name: str, play: Callable[[], None]) -> None:
+    """Run a round's shards (``play``) and record their wall time as ``name`` in the manifest: the
+    round's ``battle-r<n>`` and ``judge-r<n>`` stages time only what is left once they are done."""
+    t0 = time.perf_counter()
+    play()
+    ctx.store.save_timing(k, name, time.perf_counter() - t0)
 
 
 def _allocate(ctx: Context, k: int, runner: Runner) -> None:
