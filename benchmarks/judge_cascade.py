@@ -17,14 +17,14 @@ flip, ``--strong-latency`` 50 ms, at ``--price-ratio`` 20x the cheap one's price
 metered per call (tokens x price, as ``usage.jsonl`` counts it); no arm reads another's cache.
 
 Arms, side by side on each seed's battles: ``strong`` alone (both orders: what Arena-Hard and
-AlpacaEval do today), ``strong, 2nd order when unsure`` (one order per battle, its seats drawn per
-battle; the second only under a threshold, and it has none here: one order), ``cheap`` alone;
+AlpacaEval do today), ``strong, one order`` (``second_order: when_unsure`` without a threshold: one
+order per battle, its seats drawn per battle), ``cheap`` alone;
 ``cascade`` cheap -> strong at each of ``--thresholds`` with ties escalated (the default) and with
 confident, consistent ties decided; and ``chosen``, the cascade whose threshold and tie rule were
 chosen on the validation split (``judges.cascade_report.choose_thresholds``: the least cost
 reaching ``--target`` agreement with the strong judge, 0.95) of the suite drawn with
 ``--calibration-seed`` (100), with contestants and judge draws of its own, twice: its strong tier
-judging both orders, and judging the second order only when unsure (``second_order: when_unsure``).
+judging both orders, and judging one order (``second_order: when_unsure``, no threshold).
 Every cascade audits 5% of the cheap judge's decisions with the strong judge (paid for).
 
 Columns: accuracy against the truth (an invalid verdict is wrong; a tie and "both bad" agree),
@@ -35,7 +35,7 @@ Which seeds report: ``--seeds`` (10, 11, 12: registered as held out in benchmark
 world ``judge_battles``, before they ran; seeds 0-2 steered the target and the strong tier's orders
 and are tuning seeds now). The threshold and tie rule of ``chosen`` come from the validation split of
 ``--calibration-seed``; the fixed thresholds are set in advance. Per seed: ``strong``'s cost / the
-last ``chosen``'s (strong tier second order when unsure), and whether its accuracy is at least 95%
+last ``chosen``'s (strong tier in one order), and whether its accuracy is at least 95%
 of ``strong``'s. The last line is ``ratio: X``, the median of that cost ratio over the seeds (the
 goal: X >= 3, each seed meeting the 95% condition). ``--strong-flip`` gives the strong judge a
 position bias, which one order per battle leaves unchecked.
@@ -208,7 +208,7 @@ def one_seed(seed: int, args, judges: Judges, chosen: tuple[float | None, bool],
     truth = [j.winner for j in VerifierJudge().judge(battles)]
     strong, strong_js = run_arm("strong", judges.make("strong"), battles, truth, None)
     said = [j.winner for j in strong_js]
-    arms = [strong, run_arm("strong, 2nd order when unsure", judges.make("strong", second_order="when_unsure"),
+    arms = [strong, run_arm("strong, one order", judges.make("strong", second_order="when_unsure"),
                             battles, truth, said)[0],
             run_arm("cheap", judges.make("cheap"), battles, truth, said)[0]]
     for threshold in args.thresholds:
@@ -219,7 +219,7 @@ def one_seed(seed: int, args, judges: Judges, chosen: tuple[float | None, bool],
     name = f"t={'-' if t is None else f'{t:g}'}, ties {'escalate' if ties else 'decide'}"
     arms.append(run_arm(f"chosen ({name}), strong both orders", cascade(judges, t, ties, prices), battles, truth,
                         said)[0])
-    arms.append(run_arm(f"chosen ({name}), strong 2nd order when unsure",
+    arms.append(run_arm(f"chosen ({name}), strong one order",
                         cascade(judges, t, ties, prices, "when_unsure"), battles, truth, said)[0])
     return arms
 
@@ -289,7 +289,7 @@ def main() -> None:
             strong, one_order, pick = arms[0], arms[1], arms[-1]
             ratios.append(strong.cost_usd / pick.cost_usd)
             held.append(pick.accuracy >= 0.95 * strong.accuracy)
-            print(f"strong cost / chosen cost: {ratios[-1]:.2f} (strong with the 2nd order when unsure / chosen: "
+            print(f"strong cost / chosen cost: {ratios[-1]:.2f} (strong in one order / chosen: "
                   f"{one_order.cost_usd / pick.cost_usd:.2f}); chosen accuracy {pick.accuracy:.3f} "
                   f"{'>=' if held[-1] else '<'} 95% of strong's {strong.accuracy:.3f}")
     finally:

@@ -73,10 +73,11 @@ def _cascade(jc, roster, cache, bypass=None) -> PairwiseJudge:
 def calibration_tiers(jc, roster, cache=None) -> list[Tier]:
     """The tiers of the cascade ``jc`` (a JudgeConfig of kind cascade), each built alone to judge
     calibration battles: every llm tier before the last asks for log-probabilities, so any
-    threshold can be tried (the last tier's verdicts are the reference: its cached ones serve). Each
-    judges both orders whatever its ``second_order``: the choice reads both."""
+    threshold can be tried (the last tier's verdicts are the reference: its cached ones serve). The
+    last tier judges both orders, without a threshold, whatever its ``second_order``."""
     last = len(jc.cascade.tiers) - 1
-    return [_tier(jc, tc.model_copy(update={"second_order": "always"}), roster, cache, confidence=i < last)
+    both = {"second_order": "always", "threshold": None}
+    return [_tier(jc, tc.model_copy(update=both) if i == last else tc, roster, cache, confidence=i < last)
             for i, tc in enumerate(jc.cascade.tiers)]
 
 

@@ -19,8 +19,9 @@ Each judgment is the deciding tier's, with ``Judgment.cascade`` (JSON): the tier
 every tier it passed said (``trail``: judge, winner, flip, confidence, error, why it was unsure) and
 the audit's verdict, if any; each step and the audit record ``spent``, the share of the tier's
 price it cost (0.5 where a tier judging the second order only when unsure was sure of one order).
-An llm tier with ``second_order`` ``when_unsure`` (the last tier too) judges one order, and the
-other only where that verdict's confidence is under its ``threshold`` (judges/llm.py). Tiers the
+The last tier, with ``second_order`` ``when_unsure``, judges one order, and the other only where
+that verdict's confidence is under its ``threshold`` (judges/llm.py); its steps say so, and the
+flips it shows are left out of position-bias rates (``flip_sampled``). Tiers the
 guard turned off (``bypass``: a callable, asked at each batch, giving (tier, judge name) pairs; a
 pair whose name is no longer that tier's is ignored) are skipped.
 """
@@ -119,9 +120,11 @@ class CascadeJudge(PairwiseJudge):
             if not pending:
                 break
             tier, passed = self.tiers[i], []
+            one_first = getattr(tier.judge, "when_unsure", False)
             for b, (j, spent) in zip(pending, tier.judge.judge_costed(pending)):
                 why = unsure(b, j, tier) if i < last else None
-                trail[b.battle_id].append({"tier": i, **_said(j, spent), "unsure": why})
+                step = {"tier": i, **_said(j, spent), "unsure": why}
+                trail[b.battle_id].append({**step, "second_order": "when_unsure"} if one_first else step)
                 if why is None:
                     decided[b.battle_id] = (i, j)
                 else:
@@ -138,6 +141,13 @@ class CascadeJudge(PairwiseJudge):
                 audit: tuple[Judgment, float] | None) -> Judgment:
         record = {"tier": tier, "trail": trail, "audit": None if audit is None else _said(*audit)}
         return replace(j, cascade=json.dumps(record))
+
+
+def flip_sampled(j: Judgment) -> bool:
+    """Whether ``j.flip`` (where set) samples the judge's position bias evenly: not where the tier
+    that decided asked the second order only when unsure, so only its closest calls show a flip."""
+    rec = cascade_of(j)
+    return rec is None or rec["trail"][-1].get("second_order") != "when_unsure"
 
 
 def cascade_of(j: Judgment) -> dict[str, Any] | None:

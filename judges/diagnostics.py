@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any
 
 from flywheel.ground.records import Battle, Judgment, base_name
+from judges.cascade import flip_sampled
 from judges.pairwise import PairwiseJudge
 from judges.panel import cohen_kappa, fleiss_kappa, majority, vote
 from judges.verifier import VerifierJudge
@@ -25,7 +26,7 @@ def _rate(hits: int, n: int) -> float | None:
 
 
 def flip_rate(judgments: list[Judgment]) -> dict[str, Any]:
-    both = [j for j in judgments if j.flip is not None]
+    both = [j for j in judgments if j.flip is not None and flip_sampled(j)]
     return {"rate": _rate(sum(1 for j in both if j.flip), len(both)), "judged_both_orders": len(both)}
 
 

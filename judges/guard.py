@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from flywheel.ground.records import Battle, Judgment
+from judges.cascade import flip_sampled
 
 MODEL_JUDGES = ("llm:", "panel:", "custom:", "reward_model:")
 
@@ -50,7 +51,7 @@ def check(battles: list[Battle], judgments: dict[str, Judgment], jc, verifier=No
     pairs = [(b, judgments[b.battle_id]) for b in battles
              if b.battle_id in judgments and judgments[b.battle_id].judge.startswith(MODEL_JUDGES)]
     least = jc.guard_min_battles
-    both = [j for _, j in pairs if j.flip is not None]
+    both = [j for _, j in pairs if j.flip is not None and flip_sampled(j)]
     valid = [j for _, j in pairs if j.valid]
     flip = _share(sum(1 for j in both if j.flip), len(both), least)
     invalid = _share(len(pairs) - len(valid), len(pairs), least)

@@ -202,6 +202,8 @@ class LLMJudge(PairwiseJudge):
                  second_order: str = "always", sure_above: float | None = None) -> None:
         if second_order not in ("always", "when_unsure"):
             raise ValueError(f"second_order: 'always' or 'when_unsure', not {second_order!r}")
+        if sure_above is not None and not confidence:
+            raise ValueError("sure_above reads the verdict's confidence: it needs confidence=True")
         self.player = player
         self.template_name = Path(template).stem
         self.template, self.format = load_template(template)

@@ -20,6 +20,7 @@ from flywheel.stages.judge import judge_round, judge_shard
 from flywheel.worlds.tasks import build_suite
 from judges.cascade import CascadeJudge, Tier, audited, cascade_of
 from judges.cascade_report import choose_thresholds, tier_figures, wilson
+from judges.diagnostics import flip_rate
 from judges.guard import JudgeGuardError
 from judges.llm import LLMJudge
 from judges.verifier import VerifierJudge
@@ -108,6 +109,9 @@ def test_a_tier_asks_the_second_order_only_when_unsure_and_a_battle_it_was_sure_
     assert sorted(seats) == [("4+4=", "8"), ("4+4=", "8"), ("9+9=", "18")]
     rows = tier_figures(js.values(), [0.001, 0.02])
     assert rows[1]["asked"] == 2 and rows[1]["cost_usd"] == round(1.5 * 0.02, 6)
+    # Position bias is read where both orders were asked of every battle: the cheap tier's 20, not
+    # the strong tier's flip, which it showed only because it was unsure there.
+    assert flip_rate(list(js.values())) == {"rate": 0.0, "judged_both_orders": 20}
 
 
 def asked_first(server) -> dict[str, str]:
@@ -128,7 +132,9 @@ def test_one_order_first_draws_the_seats_per_battle_and_reads_each_verdict_in_th
     # Half the battles, about, were asked with their answers swapped: a judge biased to a seat favours no model.
     assert 10 <= sum(seat_a[b.prompt] != b.response_a for b in battles) <= 30
     assert [j.winner for j, _ in costed] == ["model_a" if i % 2 else "model_b" for i in range(1, 41)]
-    assert all(j.flip is None and j.raw.startswith(("[A,B] ", "[B,A] ")) for j, _ in costed)
+    assert all(j.flip is None for j, _ in costed)
+    assert [j.raw[:6] for j, _ in costed] == ["[B,A] " if seat_a[b.prompt] != b.response_a else "[A,B] "
+                                              for b in battles]
     with FakeAPI("judge") as again:  # the draw is the battle's own: the same seats on resume
         judge = LLMJudge(create_player("openai", "strong", model="strong", base_urls=[again.url], retry=NO_RETRY),
                          max_new_tokens=64, second_order="when_unsure")
@@ -369,6 +375,10 @@ BAD = [
     (bad_tiers(**{"2__threshold": 0.9}), ("error: invalid config: judge.cascade: tiers.2.threshold: the last tier has "
                                           "no tier to pass a battle to (with second_order: when_unsure it says when to "
                                           "ask the second order)")),
+    (bad_tiers(**{"1__second_order": "when_unsure"}), ("error: invalid config: judge.cascade: tiers.1.second_order: "
+                                                       "when_unsure is for the last tier (an earlier tier judges both "
+                                                       "orders to see its own position bias, and passes on what it is "
+                                                       "unsure of)")),
     (bad_tiers(**{"0__second_order": "when_unsure"}), ("error: invalid config: judge.cascade.tiers.0: second_order: "
                                                        "a verifier tier does not judge in two orders (only llm tiers "
                                                        "do)")),
@@ -376,7 +386,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("tiers, line", BAD, ids=["one tier", "no price", "threshold over 1", "last not dearest",
-                                                 "last tier's threshold", "verifier's second order"])
+                                                 "last tier's threshold", "an earlier tier's second order",
+                                                 "verifier's second order"])
 def test_a_bad_cascade_is_one_error_line_exit_2_and_no_run_directory(tmp_path, tiers, line):
     from typer.testing import CliRunner
 
@@ -388,3 +399,11 @@ def test_a_bad_cascade_is_one_error_line_exit_2_and_no_run_directory(tmp_path, t
         out = CliRunner().invoke(app, [command, str(recipe), "--set", f"run.root={root}"])
         assert out.exit_code == 2 and out.stderr.strip() == line, out.output
         assert "Traceback" not in out.output and not root.exists()
+
+
+def test_a_last_tier_may_judge_one_order_when_sure_but_not_where_every_battle_is_judged_in_one_order():
+    tiers = bad_tiers(**{"2__second_order": "when_unsure", "2__threshold": 0.9})
+    cfg = FlywheelConfig.model_validate({"judge": {"kind": "cascade", "cascade": {"tiers": tiers}}})
+    assert cfg.judge.cascade.tiers[2].second_order == "when_unsure" and cfg.judge.cascade.tiers[2].threshold == 0.9
+    with pytest.raises(ValueError, match="cascade.tiers.2.second_order: when_unsure needs judge.both_orders"):
+        FlywheelConfig.model_validate({"judge": {"kind": "cascade", "both_orders": False, "cascade": {"tiers": tiers}}})

@@ -124,10 +124,10 @@ class CascadeTier(Strict):
     ties: Literal["escalate", "decide"] = Field("escalate", description="escalate: a tie goes to the next tier (a "
                                                 "tie is unsure); decide: a tie both orders agree on stands.")
     second_order: Literal["always", "when_unsure"] = Field(
-        "always", description="llm tiers: always: judge every battle in both orders; when_unsure: judge it in one "
-        "order (seats drawn per battle) and in the other only where that verdict's confidence is under threshold "
-        "(without a threshold or log-probabilities: never), so a sure verdict costs half (its position bias goes "
-        "unchecked). On the last tier, threshold then says when to ask the second order.")
+        "always", description="The last tier, llm: always: judge every battle in both orders; when_unsure: judge "
+        "it in one order (seats drawn per battle) and in the other only where that verdict's confidence is under "
+        "threshold (without a threshold or log-probabilities: never), so a sure verdict costs half, and its "
+        "position bias goes unchecked.")
     player: PlayerConfig | None = Field(None, description="llm: the judge model (any player kind).")
     panel: list[PlayerConfig] = Field([], description="panel: the judge models (two or more).")
     aggregate: Literal["majority", "mean"] = Field("majority", description="panel: majority vote, or mean score.")
@@ -188,6 +188,10 @@ class CascadeConfig(Strict):
             i, price = dearer[0]
             raise ValueError(f"tiers.{len(rest)}: the last tier decides what the others are unsure of, so it must be "
                              f"the strongest by price; its price {last.cost:g} is not above tiers.{i}'s {price:g}")
+        early = [i for i, t in enumerate(rest) if t.second_order == "when_unsure"]
+        if early:
+            raise ValueError(f"tiers.{early[0]}.second_order: when_unsure is for the last tier (an earlier tier "
+                             f"judges both orders to see its own position bias, and passes on what it is unsure of)")
         if last.threshold is not None and last.second_order != "when_unsure":
             raise ValueError(f"tiers.{len(rest)}.threshold: the last tier has no tier to pass a battle to (with "
                              f"second_order: when_unsure it says when to ask the second order)")
