@@ -10,6 +10,7 @@ import re
 import pytest
 import yaml
 
+from flywheel.config.parts import JudgeConfig
 from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.records import Battle, BattleSpec, Judgment
 from flywheel.players import create_player
@@ -21,7 +22,7 @@ from flywheel.worlds.tasks import build_suite
 from judges.cascade import CascadeJudge, Tier, audited, cascade_of
 from judges.cascade_report import choose_thresholds, tier_figures, wilson
 from judges.diagnostics import flip_rate
-from judges.guard import JudgeGuardError
+from judges.guard import JudgeGuardError, check
 from judges.llm import LLMJudge
 from judges.verifier import VerifierJudge
 from tests.fakeapi import FakeAPI, NoisyJudge, fenced_blocks, judge_reply
@@ -112,6 +113,7 @@ def test_a_tier_asks_the_second_order_only_when_unsure_and_a_battle_it_was_sure_
     # Position bias is read where both orders were asked of every battle: the cheap tier's 20, not
     # the strong tier's flip, which it showed only because it was unsure there.
     assert flip_rate(list(js.values())) == {"rate": 0.0, "judged_both_orders": 20}
+    assert check(battles, js, JudgeConfig()).flip_rate == 0.0  # the judge guard reads the same
 
 
 def asked_first(server) -> dict[str, str]:

@@ -255,11 +255,10 @@ class JudgeConfig(Strict):
             raise ValueError("kind reward_model needs judge.reward_model (the path of a reward model)")
         if self.kind == "cascade" and len(self.cascade.tiers) < 2:
             raise ValueError(f"kind cascade needs two or more tiers (judge.cascade.tiers has {len(self.cascade.tiers)})")
-        if self.kind == "cascade" and not self.both_orders:
-            one = [i for i, t in enumerate(self.cascade.tiers) if t.second_order == "when_unsure"]
-            if one:
-                raise ValueError(f"cascade.tiers.{one[0]}.second_order: when_unsure needs judge.both_orders (with "
-                                 "both_orders false every battle is judged in one order)")
+        last = self.cascade.tiers[-1] if self.kind == "cascade" else None
+        if last is not None and not self.both_orders and last.second_order == "when_unsure":
+            raise ValueError(f"cascade.tiers.{len(self.cascade.tiers) - 1}.second_order: when_unsure needs "
+                             "judge.both_orders (with both_orders false every battle is judged in one order)")
         return self
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import os
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -236,9 +238,6 @@ def machine() -> dict[str, Any]:
     """The machine a process opened or resumed the run on: platform, Python, the CPUs it may use,
     memory, and the NVIDIA GPUs the driver lists (read from /proc: CUDA is not initialised here,
     which would break forked workers)."""
-    import os
-    import platform
-
     gpus = []
     for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
         for line in info.read_text(errors="replace").splitlines():
