@@ -66,8 +66,9 @@ GRPO = ["train.rl.reward=verifier", "train.rl.generations=8", "train.rl.temperat
 
 def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     """Each arm's overrides of the embedded default (4 iterations, the last one's method varies).
-    ``rl`` is the RL recipe (``flows/recipes/rl.yaml``); ``grpo`` GRPO with dynamic sampling (the
-    prompts whose sampled answers differ), ``grpo-plain`` without it; ``rloo``; ``expert`` expert
+    ``rl`` is the RL recipe (``flows/recipes/rl.yaml``); ``grpo`` GRPO with dynamic sampling and
+    its prompts picked online (``train.rl.pick_online``), ``grpo-shuffled`` in shuffled passes over
+    the prompts whose sampled answers differed, ``grpo-plain`` without dynamic sampling; ``rloo``; ``expert`` expert
     iteration on the battles' prompts (the curated rows and the target's own passed answers in one
     SFT phase), ``expert-train`` on every train prompt in the last iteration (the recipe's until it
     took the last two), ``expert-every`` expert iteration from the first iteration on; ``odpo`` SFT, then DPO on pairs of its own passed and
@@ -85,6 +86,7 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     return {"sft": [last("sft")] if recipe else [], "rl": [] if recipe else recipe_overrides(),
             "grpo": [*GRPO, last("grpo")],
             "grpo-plain": [*GRPO, last("grpo"), "train.rl.dynamic_sampling=false"],
+            "grpo-shuffled": [*GRPO, last("grpo"), "train.rl.pick_online=false"],
             "rloo": [*GRPO, last("rloo")], "expert": [*GRPO, last("sft+expert")],
             "expert-train": [*GRPO, last("sft+expert"), "train.rl.prompts=train"],
             "expert-every": [*GRPO, "train.schedule=[sft+expert]"],

@@ -13,6 +13,8 @@ from flywheel.arena.own_answers import sample_groups
 from flywheel.config.tree import TrainConfig
 from flywheel.learning.onpolicy import (
     Group,
+    OnlinePicker,
+    Outcome,
     PromptPosterior,
     SamplingSummary,
     expert_rows,
@@ -55,6 +57,54 @@ def test_the_most_learnable_prompts_are_picked_first():
     # sub is seen; among the rest, fresh prompts of seen cells follow their cell, the sampled ones know more
     assert "new-sub" not in got and len(got) == 3
     assert got[-1] in ("solved", "hopeless")
+
+
+def test_the_online_picker_picks_prompts_whose_answers_differ_rests_them_and_reads_only_steps_done():
+    rows = [{"prompt_id": p, "category": "add", "level": 1} for p in ("mixed", "solved", "hopeless", "mixed2")]
+    outcomes = [Outcome(0, "mixed", 40, 80), Outcome(0, "solved", 80, 80), Outcome(0, "hopeless", 0, 80),
+                Outcome(0, "mixed2", 41, 80)]
+    picker = OnlinePicker(rows, outcomes, k=8, per_chunk=1, seed=0)
+    assert picker.rest == 1  # a quarter of a pass over 4 prompts, 1 a chunk
+    ids = [rows[picker.chunk(c, 0)[0]]["prompt_id"] for c in range(4)]
+    # the two whose answers differ, each resting one chunk after it is picked
+    assert set(ids[:2]) == {"mixed", "mixed2"} and ids[2:] == ids[:2]
+    teach = picker.teach(0)
+    assert teach[0] > 0.95 and teach[1] < 0.2 and teach[2] < 0.2  # 1 - E[p^8] - E[(1-p)^8]
+    again = OnlinePicker(rows, outcomes, k=8, per_chunk=1, seed=0)
+    assert [rows[again.chunk(c, 0)[0]]["prompt_id"] for c in range(4)] == ids
+    # the trainer's own groups at step 5: both mixed ones solved now, "solved" half forgotten; read only
+    # once the picks read step 5, each new group of a prompt halving its earlier ones
+    outcomes += [Outcome(5, "mixed", 80, 80), Outcome(5, "mixed2", 80, 80), Outcome(5, "solved", 40, 80)]
+    picker.reset()
+    assert rows[picker.chunk(0, 4)[0]]["prompt_id"] in ("mixed", "mixed2")
+    picker.reset()
+    assert rows[picker.chunk(0, 5)[0]]["prompt_id"] == "solved"
+    assert picker.passes[0] == 40 / 2 + 80 and picker.tries[0] == 80 / 2 + 80 and picker.passes[1] == 80 / 2 + 40
+
+
+def test_the_picked_sampler_lays_its_prompts_out_as_trls_repeat_sampler():
+    from flywheel.learning.rl import PickedSampler
+
+    class Script:
+        per_chunk = 2
+
+        def __init__(self):
+            self.asked = []
+
+        def reset(self):
+            self.asked.append("reset")
+
+        def chunk(self, c, upto):
+            self.asked.append((c, upto))
+            return [2 * c, 2 * c + 1]
+
+    script = Script()
+    sampler = PickedSampler(script, k=3, repeat=2, accumulation=2, chunks=4)
+    got = list(sampler)
+    assert len(got) == len(sampler) == 4 * 2 * 2 * 3
+    assert got[:12] == [0, 0, 0, 1, 1, 1] * 2 and got[12:24] == [2, 2, 2, 3, 3, 3] * 2
+    # chunk c is first read as batch 2c, in optimizer step c: it reads the groups of step c - 2 and before
+    assert script.asked == ["reset", (0, 0), (1, 0), (2, 0), (3, 1)]
 
 
 def group(pid, rewards, answers=None):
@@ -265,12 +315,13 @@ def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(ti
 
 
 def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(tiny_models_dir, tmp_path):
-    """train.rl.dynamic_sampling (the default): the answers sampled before the phase are its rollouts'
-    step 0; the trainer's steps learn only on the prompts whose sampled answers got more than one reward."""
+    """train.rl.dynamic_sampling (the default) with shuffled passes (pick_online false): the answers
+    sampled before the phase are its rollouts' step 0; the trainer's steps learn only on the prompts
+    whose sampled answers got more than one reward."""
     from flywheel.learning.curation import load_dataset_dir
 
     run = run_stages(tiny_models_dir, tmp_path, "ds", run__iterations=1, train__method="grpo",
-                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:odd_crc"})
+                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:odd_crc", "pick_online": False})
     rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
     sampled = [r for r in rows if r["step"] == 0]
     rewards = {}
@@ -290,3 +341,29 @@ def test_learning_on_every_train_prompt_needs_a_reward_that_reads_the_prompt_alo
     with pytest.raises(ValueError, match="train.rl.prompts train: the judge reward compares an answer with the "
                                          "battles' baseline answer"):
         FlywheelConfig(train={"method": "sft+expert", "rl": {"prompts": "train", "reward": "judge"}})
+
+
+def half_flat(prompts, completions, **columns):
+    """A reward that is 1 for every answer to half the prompts (by their id's CRC-32: those groups are
+    always flat) and ``odd_crc``'s to the others."""
+    return [1.0 if zlib.crc32(p.encode()) % 2 == 0 else float(zlib.crc32(c.encode()) % 2)
+            for p, c in zip(columns["prompt_id"], completions)]
+
+
+def test_the_trainer_picks_online_the_prompts_whose_answers_differ(tiny_models_dir, tmp_path):
+    """train.rl.pick_online (the default): the groups sampled before the phase and the trainer's own
+    steer which prompts each step learns on. Half the prompts always give a flat group: sampled
+    before the phase (every prompt, here), they are seldom picked, and the trainer's groups are far
+    less often flat."""
+    from flywheel.learning.curation import load_dataset_dir
+    from flywheel.learning.rl import RewardSummary
+
+    run = run_stages(tiny_models_dir, tmp_path, "online", run__iterations=1, train__method="grpo",
+                     train__rl={"generations": 4, "reward": "tests.test_onpolicy:half_flat", "answers": 1000})
+    rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    before = RewardSummary.of([r for r in rows if r["step"] == 0]).flat_groups
+    trained = [r for r in rows if r["step"] > 0]
+    during = RewardSummary.of(trained).flat_groups
+    flat_prompts = {r["prompt_id"] for r in rows if zlib.crc32(r["prompt_id"].encode()) % 2 == 0}
+    assert before > 0.5 and during < 0.3, (before, during)  # picked at random, half would be flat
+    assert sum(r["prompt_id"] in flat_prompts for r in trained) < 0.2 * len(trained)

@@ -202,7 +202,8 @@ def test_a_tiny_two_turn_run_learns_with_sft_then_grpo_on_both_turns(tiny_models
                "opponents": [{"name": "adder", "path": str(tiny_models_dir / "calc")},
                              {"name": "writer", "path": str(tiny_models_dir / "scribe")}]}
     run = run_tiny(tmp_path / "no-models", tmp_path, "rl-talk", run__iterations=1, train__method="sft+grpo",
-                   train__rl={"generations": 4, "dynamic_sampling": False}, world__conversation={"turns": 2, "asker": "ask"}, askers=ASKERS,
+                   train__rl={"generations": 4, "dynamic_sampling": False, "pick_online": False},
+                   world__conversation={"turns": 2, "asker": "ask"}, askers=ASKERS,
                    **players)
     data = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["pupil"]

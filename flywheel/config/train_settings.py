@@ -61,9 +61,16 @@ class RLConfig(Strict):
                                "it, on-policy DPO pairs it (chosen) with an answer of the same prompt that does not "
                                "(rejected).")
     dynamic_sampling: bool = Field(True, description="grpo and rloo: before training, sample generations answers to "
-                                   "each prompt (the answer budget below) and train only on the prompts whose answers "
-                                   "got more than one reward; a prompt whose answers all got one reward (a flat group) "
-                                   "is replaced, not trained on. expert and onpolicy_dpo always drop flat groups.")
+                                   "prompts (the answer budget below): with pick_online, those groups start the "
+                                   "posterior the trainer picks by; without, the trainer learns only on the prompts "
+                                   "whose answers got more than one reward (a flat group's prompt is replaced, not "
+                                   "trained on). expert and onpolicy_dpo always drop flat groups.")
+    pick_online: bool = Field(True, description="grpo and rloo: the trainer's prompts are picked a generation batch "
+                              "at a time by the chance that their answers differ, each prompt's pass rate drawn from "
+                              "its learnability posterior (Thompson sampling), which the groups sampled before the "
+                              "phase and the trainer's own groups update as it trains; a prompt picked rests for half "
+                              "a pass over the prompts. false: the prompts (with dynamic_sampling, those whose answers "
+                              "differed) in shuffled passes. Under several processes the passes are shuffled.")
     answers: int | None = Field(None, ge=1, description="Own answers sampled per target before a phase trains "
                                 "(expert, onpolicy_dpo, dynamic sampling), in rounds that pick the prompts with the "
                                 "highest learnability; default: the phase's steps x train.batch_size, what a GRPO "

@@ -159,3 +159,105 @@ def _cell_figures(groups: list[Group], at: float) -> dict:
             "pass_at_k": round(sum(bool(g.passed(at)) for g in groups) / len(groups), 4),
             "flat_groups": round(sum(g.flat for g in groups) / len(groups), 4)}
 
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One group's result, as the online picker reads it: the optimizer step that sampled it (0:
+    before the phase), its prompt, its passed answers and its scored ones."""
+
+    step: int
+    prompt_id: str
+    passes: int
+    tries: int
+
+
+def outcomes_of(rollouts: Iterable[dict], at: float) -> list[Outcome]:
+    """The groups of rollout rows (``group``, ``step``, ``prompt_id``, ``reward``: a phase's
+    rollout log), each as an ``Outcome``; an answer without a reward is left out of both counts."""
+    groups: dict[str, list[dict]] = {}
+    for r in rollouts:
+        groups.setdefault(str(r["group"]), []).append(r)
+    out = []
+    for rows in groups.values():
+        scored = [r["reward"] for r in rows if r["reward"] is not None]
+        out.append(Outcome(int(rows[0]["step"]), str(rows[0]["prompt_id"]), sum(x >= at for x in scored), len(scored)))
+    return out
+
+
+class OnlinePicker:
+    """Picks a GRPO or RLOO trainer's prompts a chunk (one generation batch) at a time: the
+    ``per_chunk`` prompts likeliest to teach, by the posterior mean of 1 - p^k - (1-p)^k (the
+    chance that k answers do not all get one reward; p the prompt's pass rate), ties broken at
+    random. The posterior is ``PromptPosterior``'s (the cell's pass rate as the prior, worth
+    ``strength`` answers), fed by the groups sampled before the phase and by the trainer's own as
+    they are scored; each new group of a prompt halves the weight of its earlier ones, since the
+    target they measured has moved on: a prompt the target has learnt stops being picked, one it
+    has forgotten comes back. A prompt picked rests ``rest`` chunks (a quarter of a pass over the
+    prompts), so that the phase does not learn a few prompts by heart.
+
+    ``chunk(c, upto)`` reads only the groups of steps up to ``upto`` (never fewer than before in a
+    pass), and its tie-breaks are seeded by the chunk: the same groups give the same picks, which is
+    what makes a resumed phase pick as one never interrupted."""
+
+    def __init__(self, rows: list[dict], outcomes: list[Outcome], *, k: int, per_chunk: int, seed: int,
+                 strength: float = 2.0) -> None:
+        import numpy as np
+
+        ids = [str(r["prompt_id"]) for r in rows]
+        self.index = {p: i for i, p in enumerate(dict.fromkeys(ids))}  # prompt -> its posterior
+        self.row_prompt = np.asarray([self.index[p] for p in ids])
+        cells = {p: cell_of(r) for p, r in zip(ids, rows)}
+        names = sorted(set(cells.values()))
+        self.prompt_cell = np.asarray([names.index(cells[p]) for p in self.index])
+        self.outcomes, self.k, self.per_chunk, self.seed, self.strength = outcomes, k, per_chunk, seed, strength
+        self.rest = max(0, len(rows) // (4 * per_chunk))
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a pass from chunk 0: nothing read, nothing picked (a resumed phase replays its picks)."""
+        import numpy as np
+
+        self.read, self.last = 0, {}  # outcomes read; row -> the chunk that last picked it
+        self.passes, self.tries = np.zeros(len(self.index)), np.zeros(len(self.index))
+
+    def beta(self, upto: int):
+        """Each row's posterior (alpha, beta), once the groups of steps up to ``upto`` are read (in the
+        order they came: the groups sampled before the phase, then the trainer's, step by step)."""
+        import numpy as np
+
+        while self.read < len(self.outcomes) and self.outcomes[self.read].step <= upto:
+            o = self.outcomes[self.read]
+            self.read += 1
+            i = self.index.get(o.prompt_id)
+            if i is not None:
+                self.passes[i] = 0.5 * self.passes[i] + o.passes
+                self.tries[i] = 0.5 * self.tries[i] + o.tries
+        m = int(self.prompt_cell.max()) + 1
+        cell_passes = np.bincount(self.prompt_cell, weights=self.passes, minlength=m)
+        cell_tries = np.bincount(self.prompt_cell, weights=self.tries, minlength=m)
+        mean = ((cell_passes + 1.0) / (cell_tries + 2.0))[self.prompt_cell]
+        a = self.strength * mean + self.passes
+        b = self.strength * (1.0 - mean) + self.tries - self.passes
+        return a[self.row_prompt], b[self.row_prompt]
+
+    def teach(self, upto: int):
+        """Each row's posterior mean chance that k answers do not all get one reward: 1 - E[p^k] -
+        E[(1-p)^k], with E[p^k] = prod over i < k of (a+i) / (a+b+i) under Beta(a, b)."""
+        import numpy as np
+
+        a, b = self.beta(upto)
+        i = np.arange(self.k)[:, None]
+        return 1.0 - np.prod((a + i) / (a + b + i), axis=0) - np.prod((b + i) / (a + b + i), axis=0)
+
+    def chunk(self, c: int, upto: int) -> list[int]:
+        """The row indices of chunk ``c``'s prompts, from the groups of steps up to ``upto``."""
+        import numpy as np
+
+        score = self.teach(upto)
+        score[[i for i, at in self.last.items() if c - at <= self.rest]] = -1.0  # resting
+        ties = np.random.default_rng([self.seed, c]).random(len(score))
+        picked = [int(i) for i in np.lexsort((ties, -score))[:self.per_chunk]]
+        for i in picked:
+            self.last[i] = c
+        return picked

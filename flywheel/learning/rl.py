@@ -94,8 +94,10 @@ class RecordedReward:
 
     __name__ = "reward"  # TRL logs it as rewards/reward/mean
 
-    def __init__(self, scorer: Scorer, log: RolloutLog, generations: int) -> None:
+    def __init__(self, scorer: Scorer, log: RolloutLog, generations: int, outcomes: list | None = None,
+                 at: float = 1.0) -> None:
         self.scorer, self.log, self.generations = scorer, log, generations
+        self.outcomes, self.at = outcomes, at  # where each scored group is told to an OnlinePicker
 
     def __call__(self, prompts: list, completions: list, completion_ids=None, trainer_state=None,
                  **columns: Any) -> list[float | None]:
@@ -110,7 +112,65 @@ class RecordedReward:
                           "prompt_id": _at(columns, "prompt_id", i), "category": _at(columns, "category", i),
                           "turn": _at(columns, "turn", i) or 1, "history": _at(columns, "history", i) or ""}
                          for i, (r, err) in enumerate(scored)])
+        if self.outcomes is not None:
+            from flywheel.learning.onpolicy import Outcome
+
+            for g in range(0, len(scored), self.generations):
+                got = [r for r, _ in scored[g:g + self.generations] if finite(r) is not None]
+                self.outcomes.append(Outcome(step, str(_at(columns, "prompt_id", g)), sum(x >= self.at for x in got),
+                                             len(got)))
         return [finite(r) for r, _ in scored]
+
+
+class PickedSampler:
+    """A GRPO or RLOO trainer's sampler whose prompts an ``OnlinePicker`` chooses a chunk (one
+    generation batch) at a time, laid out as TRL's ``RepeatSampler`` lays them: each chunk's
+    ``per_chunk`` prompts ``k`` times each, the chunk ``repeat`` times (TRL's steps_per_generation x
+    num_iterations). Chunk c is first read as batch b = c x repeat; the trainer reads ``accumulation``
+    batches an optimizer step and accelerate one batch ahead, so by then the groups of every step
+    up to b // accumulation - 1 are scored. The picker reads those of the steps up to one less: the
+    same groups whenever the chunk is picked, in a phase never interrupted or in a resumed one
+    replaying its skipped batches. ``chunks`` a pass: enough for the phase in one."""
+
+    def __init__(self, picker, *, k: int, repeat: int, accumulation: int, chunks: int) -> None:
+        self.picker, self.k, self.repeat, self.accumulation, self.chunks = picker, k, repeat, accumulation, chunks
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        self.picker.reset()
+        for c in range(self.epoch * self.chunks, (self.epoch + 1) * self.chunks):
+            picked = self.picker.chunk(c, max(c * self.repeat // self.accumulation - 2, 0))  # 0: sampled before
+            for _ in range(self.repeat):
+                for i in picked:
+                    yield from [i] * self.k
+
+    def __len__(self) -> int:
+        return self.chunks * self.picker.per_chunk * self.repeat * self.k
+
+
+def picking(trainer_class: type, make_picker: Callable[[int, int], Any]) -> type:
+    """``trainer_class`` (TRL's GRPOTrainer or RLOOTrainer) with its prompts picked online:
+    ``make_picker(per_chunk, seed)`` builds the ``OnlinePicker``. Under several processes, whose
+    rewards each sees only in part, or with fewer prompts than a generation batch holds, the trainer
+    keeps TRL's shuffled sampler."""
+
+    class Picking(trainer_class):
+        def _get_train_sampler(self, dataset=None):
+            per_chunk = self.args.generation_batch_size // self.num_generations
+            if (dataset is not None and dataset is not self.train_dataset) or self.accelerator.num_processes > 1 \
+                    or len(self.train_dataset) < per_chunk:
+                return super()._get_train_sampler(dataset)
+            repeat = self.num_iterations * self.args.steps_per_generation
+            accumulation = self.args.gradient_accumulation_steps
+            chunks = -(-max(self.args.max_steps, 1) * accumulation // repeat) + 1
+            return PickedSampler(make_picker(per_chunk, self.args.seed), k=self.num_generations, repeat=repeat,
+                                 accumulation=accumulation, chunks=chunks)
+
+    Picking.__name__ = Picking.__qualname__ = f"Picking{trainer_class.__name__}"
+    return Picking
 
 
 def scored_safely(scorer: Scorer, prompts: list[str], texts: list[str], columns: dict[str, list]) -> list[Scored]:

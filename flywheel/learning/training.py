@@ -7,12 +7,14 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from flywheel.config.tree import TrainConfig
 from flywheel.ground import progress
 from flywheel.ground.checkpoints import load_checkpoint, save_checkpoint
+from flywheel.learning.onpolicy import OnlinePicker, outcomes_of
 from flywheel.learning.rl import (
     RecordedReward,
     RewardsFailed,
@@ -22,6 +24,7 @@ from flywheel.learning.rl import (
     check_rewards,
     fill_position_ids,
     grpo_args,
+    picking,
     with_advantages,
 )
 
@@ -258,8 +261,12 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                     (trl.RLOOConfig, trl.RLOOTrainer)
                 args = config(**grpo_args(base_args, cfg.rl, rl, hw.cuda, config))
                 positions = fill_position_ids(model)
+                outcomes = outcomes_of(record.read(), cfg.rl.pass_reward) if cfg.rl.pick_online else None
+                if outcomes is not None:
+                    trainer_class = picking(trainer_class, online_picker(data, outcomes, cfg.rl))
                 trainer = trainer_class(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                                        reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations),
+                                        reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations, outcomes,
+                                                                    cfg.rl.pass_reward),
                                         peft_config=peft)
             else:
                 from trl import DPOConfig, DPOTrainer
@@ -310,6 +317,16 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
     if is_main_process():  # under accelerate every process trains; one saves
         save_checkpoint(model, tokenizer, out)
     return TrainResult(total, loss, examples, rollouts, tuple(history))
+
+
+def online_picker(prompts, outcomes: list, rl) -> Callable[[int, int], OnlinePicker]:
+    """How a trainer builds its ``OnlinePicker`` over the phase's ``prompts`` (a dataset with
+    ``prompt_id``, ``category``, ``level``), fed by ``outcomes`` (``train.rl``: the answers per
+    prompt, the posterior's prior strength, what passes)."""
+    cols = [c for c in ("prompt_id", "category", "level") if c in prompts.column_names]
+    rows = prompts.select_columns(cols).to_list()
+    return lambda per_chunk, seed: OnlinePicker(rows, outcomes, k=rl.generations, per_chunk=per_chunk, seed=seed,
+                                                strength=rl.prior_strength)
 
 
 def trainer_logs(log_history: list[dict], phase: str, before: int) -> list[dict]:
