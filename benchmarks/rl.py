@@ -199,6 +199,7 @@ def main() -> None:
         learnable_shares: dict[str, list[float]] = {a: [] for a in chosen}  # per run: the worst learnable category's
         guessed: dict[str, list[float]] = {}
         gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}
+        flat: dict[str, list[float]] = {a: [] for a in chosen}  # the last iteration's trainer's flat groups
         rm_accuracy: list[float] = []
         for w in worlds:
             for s in seeds:
@@ -213,6 +214,9 @@ def main() -> None:
                     row[arm] = f["accuracy"]
                     acc[arm].append(f["accuracy"])
                     secs[arm].append(wall)
+                    trainer = (summary["iterations"][-1].get("training", {}).get(target) or {}).get("rewards") or {}
+                    if trainer.get("flat_groups") is not None:
+                        flat[arm].append(trainer["flat_groups"])
                     cats = by_category(summary, target)
                     for c, (last, _, top, _) in cats.items():
                         if top > 0:
@@ -239,6 +243,11 @@ def main() -> None:
                 m, h = mean_ci(g)
                 print(f"gain of {arm} over sft: {m:+.3f} +- {h:.3f} (95% CI, paired by world and seed; "
                       f"{'above zero' if m - h > 0 else 'not above zero'})")
+        for arm, got in flat.items():
+            if got:
+                m, h = mean_ci(got)
+                print(f"{arm}: the trainer's flat groups {m:.2f} +- {h:.2f} (95% CI over {len(got)} runs), under 0.30 "
+                      f"on {sum(x < 0.3 for x in got)} of {len(got)}")
         if rm_accuracy:
             m, h = mean_ci(rm_accuracy)
             print(f"rm: the reward model's pair accuracy on validation pairs {m:.3f} +- {h:.3f}")

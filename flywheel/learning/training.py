@@ -261,7 +261,8 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                     (trl.RLOOConfig, trl.RLOOTrainer)
                 args = config(**grpo_args(base_args, cfg.rl, rl, hw.cuda, config))
                 positions = fill_position_ids(model)
-                outcomes = outcomes_of(record.read(), cfg.rl.pass_reward) if cfg.rl.pick_online else None
+                picks = cfg.rl.pick_online and "prompt_id" in data.column_names  # the posterior is per prompt
+                outcomes = outcomes_of(record.read(), cfg.rl.pass_reward) if picks else None
                 if outcomes is not None:
                     trainer_class = picking(trainer_class, online_picker(data, outcomes, cfg.rl))
                 trainer = trainer_class(model=model, args=args, train_dataset=data, processing_class=tokenizer,
