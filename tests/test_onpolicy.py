@@ -64,9 +64,8 @@ def test_the_online_picker_picks_prompts_whose_answers_differ_rests_them_and_rea
     outcomes = [Outcome(0, "mixed", 40, 80), Outcome(0, "solved", 80, 80), Outcome(0, "hopeless", 0, 80),
                 Outcome(0, "mixed2", 41, 80)]
     picker = OnlinePicker(rows, outcomes, k=8, per_chunk=1, seed=0)
-    assert picker.rest == 1  # a quarter of a pass over 4 prompts, 1 a chunk
     ids = [rows[picker.chunk(c, 0)[0]]["prompt_id"] for c in range(4)]
-    # the two whose answers differ, each resting one chunk after it is picked
+    # the two whose answers differ, each resting one chunk after it is picked (2 likely to teach, 1 a chunk)
     assert set(ids[:2]) == {"mixed", "mixed2"} and ids[2:] == ids[:2]
     teach = picker.teach(0)
     assert teach[0] > 0.95 and teach[1] < 0.2 and teach[2] < 0.2  # 1 - E[p^8] - E[(1-p)^8]

@@ -193,8 +193,9 @@ class OnlinePicker:
     ``strength`` answers), fed by the groups sampled before the phase and by the trainer's own as
     they are scored; each new group of a prompt halves the weight of its earlier ones, since the
     target they measured has moved on: a prompt the target has learnt stops being picked, one it
-    has forgotten comes back. A prompt picked rests ``rest`` chunks (a quarter of a pass over the
-    prompts), so that the phase does not learn a few prompts by heart.
+    has forgotten comes back. A prompt picked rests while half of the prompts likelier to teach than
+    not (at the chunk's posterior) are picked, so that the phase does not learn a few prompts by
+    heart, nor, where few prompts teach, run out of them.
 
     ``chunk(c, upto)`` reads only the groups of steps up to ``upto`` (never fewer than before in a
     pass), and its tie-breaks are seeded by the chunk: the same groups give the same picks, which is
@@ -211,7 +212,6 @@ class OnlinePicker:
         names = sorted(set(cells.values()))
         self.prompt_cell = np.asarray([names.index(cells[p]) for p in self.index])
         self.outcomes, self.k, self.per_chunk, self.seed, self.strength = outcomes, k, per_chunk, seed, strength
-        self.rest = max(0, len(rows) // (4 * per_chunk))
         self.reset()
 
     def reset(self) -> None:
@@ -255,7 +255,8 @@ class OnlinePicker:
         import numpy as np
 
         score = self.teach(upto)
-        score[[i for i, at in self.last.items() if c - at <= self.rest]] = -1.0  # resting
+        rest = int((score >= 0.5).sum()) // (2 * self.per_chunk)  # half the prompts likelier to teach than not
+        score[[i for i, at in self.last.items() if c - at <= rest]] = -1.0  # resting
         ties = np.random.default_rng([self.seed, c]).random(len(score))
         picked = [int(i) for i in np.lexsort((ties, -score))[:self.per_chunk]]
         for i in picked:
