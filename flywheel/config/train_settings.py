@@ -65,12 +65,13 @@ class RLConfig(Strict):
                                    "posterior the trainer picks by; without, the trainer learns only on the prompts "
                                    "whose answers got more than one reward (a flat group's prompt is replaced, not "
                                    "trained on). expert and onpolicy_dpo always drop flat groups.")
-    pick_online: bool = Field(True, description="grpo and rloo: the trainer's prompts are picked a generation batch "
-                              "at a time by the chance that their answers differ, each prompt's pass rate drawn from "
-                              "its learnability posterior (Thompson sampling), which the groups sampled before the "
-                              "phase and the trainer's own groups update as it trains; a prompt picked rests for half "
-                              "a pass over the prompts. false: the prompts (with dynamic_sampling, those whose answers "
-                              "differed) in shuffled passes. Under several processes the passes are shuffled.")
+    pick_online: bool = Field(True, description="grpo and rloo: the trainer picks its prompts a generation batch at "
+                              "a time, those likeliest to get answers that differ (the posterior mean chance, from "
+                              "the learnability posterior that the groups sampled before the phase and the trainer's "
+                              "own groups update as it trains); a prompt picked rests while half of the prompts "
+                              "likelier to teach than not are picked. false: shuffled passes over the prompts (with "
+                              "dynamic_sampling, those whose answers differed). Under several processes the passes "
+                              "are shuffled.")
     answers: int | None = Field(None, ge=1, description="Own answers sampled per target before a phase trains "
                                 "(expert, onpolicy_dpo, dynamic sampling), in rounds that pick the prompts with the "
                                 "highest learnability; default: the phase's steps x train.batch_size, what a GRPO "
