@@ -18,6 +18,7 @@ from flywheel.learning.onpolicy import (
     PromptPosterior,
     SamplingSummary,
     expert_rows,
+    outcomes_of,
     pick,
     preference_rows,
 )
@@ -79,6 +80,13 @@ def test_the_online_picker_picks_prompts_whose_answers_differ_rests_them_and_rea
     picker.reset()
     assert rows[picker.chunk(0, 5)[0]]["prompt_id"] == "solved"
     assert picker.passes[0] == 40 / 2 + 80 and picker.tries[0] == 80 / 2 + 80 and picker.passes[1] == 80 / 2 + 40
+
+
+def test_a_resumed_phase_reads_its_groups_back_from_the_rollout_log_as_the_trainer_scored_them():
+    rows = [{"group": "0-1-p", "step": 0, "prompt_id": "p", "reward": r} for r in (1.0, 0.0, None, 1.0)]
+    rows += [{"group": "3-0-0", "step": 3, "prompt_id": "q", "reward": r} for r in (1.0, float("nan"), 0.0, 0.5)]
+    # a failed reward and one that is not a finite number (which the trainer gets as None) count in neither
+    assert outcomes_of(rows, at=1.0) == [Outcome(0, "p", 2, 3), Outcome(3, "q", 1, 3)]
 
 
 def test_the_picked_sampler_lays_its_prompts_out_as_trls_repeat_sampler():

@@ -110,6 +110,30 @@ def test_a_grpo_phase_killed_after_a_checkpoint_resumes_to_the_same_weights_and_
     assert [{k: v for k, v in r.items() if k != "group"} for r in resumed.rollouts] == strip
 
 
+def test_the_online_picker_reads_only_groups_already_scored(tiny_models_dir, tmp_path, monkeypatch):
+    """A resumed phase replays its picks from the groups its rollout log kept, so each pick may read
+    only the groups of steps that a phase never interrupted has scored by then. Under the real
+    Trainer (2 micro-batches of gradient accumulation an optimizer step, each its own dataloader
+    batch), every pick that reads a trainer's step finds that step's groups already there."""
+    from flywheel.learning.onpolicy import OnlinePicker
+
+    seen = []
+    real = OnlinePicker.chunk
+
+    def chunk(self, c, upto):
+        seen.append((c, upto, max((o.step for o in self.outcomes), default=0)))
+        return real(self, c, upto)
+
+    monkeypatch.setattr(OnlinePicker, "chunk", chunk)
+    cfg = TrainConfig(method="grpo", batch_size=4, checkpoint_steps=0,
+                      rl={"generations": 4, "args": {"gradient_accumulation_steps": 2}})
+    phase = RLPhase(PROMPTS, digit_share, tmp_path / "rollouts.jsonl", 8)
+    train_version(TrainJob(str(tiny_models_dir / "student"), tmp_path / "v1", 6, 0, method="grpo"), cfg, rl=phase)
+    assert [c for c, _, _ in seen][:6] == list(range(6)) and max(u for _, u, _ in seen) >= 2
+    # a step of margin: when chunk c is picked the groups of step c - 1 are scored, and it reads up to c - 2
+    assert all(scored > upto or upto == 0 for _, upto, scored in seen), seen
+
+
 def test_the_verifier_reward_scores_against_the_reference():
     score = verifier_reward(build_verifier(JudgeConfig().verifier))
     got = score(["1+1=", "2+2=", "x"], ["2", "5", "y"], {"reference": ["2", "4", None]})

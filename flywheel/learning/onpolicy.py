@@ -14,6 +14,7 @@ Everything here is plain data; the sampling itself is the arena's (``flywheel.ar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -174,13 +175,14 @@ class Outcome:
 
 def outcomes_of(rollouts: Iterable[dict], at: float) -> list[Outcome]:
     """The groups of rollout rows (``group``, ``step``, ``prompt_id``, ``reward``: a phase's
-    rollout log), each as an ``Outcome``; an answer without a reward is left out of both counts."""
+    rollout log), each as an ``Outcome``; an answer without a finite reward is left out of both
+    counts, as the trainer leaves it out."""
     groups: dict[str, list[dict]] = {}
     for r in rollouts:
         groups.setdefault(str(r["group"]), []).append(r)
     out = []
     for rows in groups.values():
-        scored = [r["reward"] for r in rows if r["reward"] is not None]
+        scored = [r["reward"] for r in rows if isinstance(r["reward"], int | float) and math.isfinite(r["reward"])]
         out.append(Outcome(int(rows[0]["step"]), str(rows[0]["prompt_id"]), sum(x >= at for x in scored), len(scored)))
     return out
 

@@ -154,14 +154,15 @@ class PickedSampler:
 def picking(trainer_class: type, make_picker: Callable[[int, int], Any]) -> type:
     """``trainer_class`` (TRL's GRPOTrainer or RLOOTrainer) with its prompts picked online:
     ``make_picker(per_chunk, seed)`` builds the ``OnlinePicker``. Under several processes, whose
-    rewards each sees only in part, or with fewer prompts than a generation batch holds, the trainer
+    rewards each sees only in part, with fewer prompts than a generation batch holds, or with
+    dataloader workers (which read batches further ahead than the picks allow for), the trainer
     keeps TRL's shuffled sampler."""
 
     class Picking(trainer_class):
         def _get_train_sampler(self, dataset=None):
             per_chunk = self.args.generation_batch_size // self.num_generations
             if (dataset is not None and dataset is not self.train_dataset) or self.accelerator.num_processes > 1 \
-                    or len(self.train_dataset) < per_chunk:
+                    or len(self.train_dataset) < per_chunk or self.args.dataloader_num_workers > 0:
                 return super()._get_train_sampler(dataset)
             repeat = self.num_iterations * self.args.steps_per_generation
             accumulation = self.args.gradient_accumulation_steps

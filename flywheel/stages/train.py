@@ -151,8 +151,9 @@ def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: R
     if not any(not g.flat for g in groups):
         log.warning("%s: none of its %d sampled groups teaches (every answer of each got one reward): its %s phase "
                     "has nothing of its own answers to learn from", t, len(groups), method)
-    if method in ONLINE_METHODS and ctx.cfg.train.rl.pick_online:  # the trainer picks by the groups' outcomes
-        return rl, sft, None, method
+    tc = ctx.cfg.train
+    if method in ONLINE_METHODS and tc.rl.pick_online and (tc.launcher == "inline" or tc.num_processes == 1):
+        return rl, sft, None, method  # the trainer picks by the groups' outcomes (one process only)
     if method in ONLINE_METHODS:
         teach = {g.row["prompt_id"] for g in groups if not g.flat}
         batch = ctx.cfg.train.batch_size // ctx.cfg.train.rl.generations
