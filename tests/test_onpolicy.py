@@ -169,6 +169,19 @@ def test_sampling_drops_nothing_but_counts_the_flat_groups_and_keeps_them_on_dis
     assert len(budgeted) == 2  # the answer budget: 2 groups of 4
 
 
+def test_a_small_budget_is_sampled_in_rounds_that_the_posterior_steers():
+    """60 prompts' worth of answers (a SmolLM2 phase) in one round would be picked by the prior alone:
+    in four, the first round shows that one cell's prompts are always passed (flat), and the later
+    rounds sample the cell whose answers differ."""
+    rows = [{"prompt_id": f"p{d}{c}{i:02}", "prompt_text": f"{c}{i}=", "category": cat, "level": 1,
+             "reference": "right"} for d, c, cat in (("4", "r", "rev"), ("2", "a", "add")) for i in range(20)]
+    groups = sample_groups(Scripted(), SamplingParams(temperature=1.0), rows, right, k=4, budget=64, at=1.0, seed=0)
+    assert len(groups) == 16 and {g.round for g in groups} == {1, 2, 3, 4}
+    first = [g for g in groups if g.round == 1]
+    assert any(g.flat for g in first)  # the prior knows nothing yet: both cells
+    assert all(not g.flat for g in groups if g.round > 1)  # then only the cell whose answers differ
+
+
 class SeedEcho:
     """A server that answers with the seed of its request, as a seeded vLLM or API server samples."""
 
@@ -182,7 +195,9 @@ class SeedEcho:
 
 def test_each_of_a_prompts_answers_is_asked_with_its_own_seed():
     rows = [{"prompt_id": f"p{i}", "prompt_text": f"p{i}=", "category": "add", "level": 1} for i in range(3)]
-    groups = sample_groups(SeedEcho(), SamplingParams(temperature=1.0), rows, right, k=4, budget=12, at=1.0, seed=5)
+    # a budget of 48 answers: rounds of 3 prompts, all three in the first
+    groups = sample_groups(SeedEcho(), SamplingParams(temperature=1.0), rows, right, k=4, budget=48, at=1.0, seed=5)
+    assert {g.round for g in groups} == {1}
     assert all(len(set(g.answers)) == 4 for g in groups)  # one seed for the k copies would give k equal answers
     assert groups[0].answers == groups[1].answers  # the j-th answers of a round share the j-th seed
 

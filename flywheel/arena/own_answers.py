@@ -25,16 +25,19 @@ from flywheel.players.player import Player, SamplingParams
 log = logging.getLogger("flywheel")
 
 # Prompts sampled per round (k answers each): small enough that the posterior steers, large
-# enough for batched generation.
+# enough for batched generation; and at least ROUNDS rounds where the budget allows, so that the
+# posterior steers a small budget too (a SmolLM2 phase samples 60 prompts).
 ROUND = 256
+ROUNDS = 4
 COPY_SEED = 100_003  # the seed of a prompt's j-th answer: the round's seed + COPY_SEED * j
 
 
 def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scorer: Scorer, *, k: int,
                   budget: int, at: float, seed: int, strength: float = 2.0,
                   saved: Path | None = None) -> list[Group]:
-    """Groups of ``k`` sampled answers, ``ROUND`` prompts a round chosen by learnability (each prompt
-    once), until ``budget`` answers are generated or every prompt is sampled. ``params``: the
+    """Groups of ``k`` sampled answers, ``ROUND`` prompts a round (fewer where the budget holds under
+    ``ROUNDS`` rounds of them) chosen by learnability (each prompt once), until ``budget`` answers
+    are generated or every prompt is sampled. ``params``: the
     target's sampling (temperature set). ``saved``: where the groups are kept once sampled (JSON
     lines); a phase resumed after a kill reads them back instead of sampling again."""
     if saved is not None and saved.exists():
@@ -44,8 +47,9 @@ def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scor
     seen: set[str] = set()
     groups: list[Group] = []
     answers, rnd = 0, 0
+    per_round = min(ROUND, max(1, budget // k // ROUNDS))
     while answers + k <= budget:
-        chosen = pick(rows, posterior, min(ROUND, (budget - answers) // k), seen, rng)
+        chosen = pick(rows, posterior, min(per_round, (budget - answers) // k), seen, rng)
         if not chosen:
             break
         rnd += 1
