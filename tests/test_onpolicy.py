@@ -365,6 +365,25 @@ def test_learning_on_every_train_prompt_needs_a_reward_that_reads_the_prompt_alo
         FlywheelConfig(train={"method": "sft+expert", "rl": {"prompts": "train", "reward": "judge"}})
 
 
+@pytest.mark.parametrize("train, kept", [({}, {"p0", "p1"}),  # picked online: the picker reads every prompt
+                                         ({"launcher": "accelerate", "num_processes": 2}, {"p1"}),
+                                         ({"rl": {"pick_online": False}}, {"p1"})])
+def test_grpo_learns_only_on_prompts_that_taught_unless_its_trainer_picks_online(train, kept):
+    """Under several processes the trainer keeps TRL's shuffled sampler, so the flat groups' prompts
+    are left out before it, as with pick_online false."""
+    from types import SimpleNamespace
+
+    from flywheel.stages.train import from_own_answers
+
+    cfg = SimpleNamespace(train=TrainConfig(batch_size=4, **{**train, "rl": {"generations": 4, **train.get("rl", {})}}))
+    roster = SimpleNamespace(is_chat=lambda t: False, config=lambda t: SimpleNamespace(system_prompt=None))
+    prompts = Dataset.from_dict({"prompt_id": ["p0", "p1"], "prompt": ["p0=", "p1="]})
+    groups = [group("p0", [1.0] * 4), group("p1", [1.0, 0.0, 1.0, 0.0])]
+    rl, _, _, method = from_own_answers(SimpleNamespace(cfg=cfg, roster=roster), 1, "student", groups=groups,
+                                        rl=RLPhase(prompts, right, "rollouts.jsonl", 8), sft=None, method="grpo")
+    assert method == "grpo" and set(rl.prompts["prompt_id"]) == kept
+
+
 def half_flat(prompts, completions, **columns):
     """A reward that is 1 for every answer to half the prompts (by their id's CRC-32: those groups are
     always flat) and ``odd_crc``'s to the others."""

@@ -70,8 +70,7 @@ class PromptPosterior:
     def prior(self, cell: str) -> tuple[float, float]:
         """The cell's Beta prior (alpha, beta): its pooled pass rate times ``strength``, smoothed by one
         pass and one failure so that a cell seen only failing (or passing) keeps some mass."""
-        n, s = self.cell_tries.get(cell, 0.0), self.cell_passes.get(cell, 0.0)
-        mean = (s + 1.0) / (n + 2.0)
+        mean = cell_rate(self.cell_passes.get(cell, 0.0), self.cell_tries.get(cell, 0.0))
         return self.strength * mean, self.strength * (1.0 - mean)
 
     def beta(self, prompt_id: str, cell: str) -> tuple[float, float]:
@@ -83,6 +82,12 @@ class PromptPosterior:
         """E[p(1-p)] under the posterior: ab / ((a+b)(a+b+1))."""
         a, b = self.beta(prompt_id, cell)
         return a * b / ((a + b) * (a + b + 1.0))
+
+
+def cell_rate(passes, tries):
+    """A cell's pooled pass rate, smoothed by one pass and one failure so that a cell seen only failing
+    (or passing) keeps some mass (floats, or numpy arrays of them)."""
+    return (passes + 1.0) / (tries + 2.0)
 
 
 def cell_of(row: dict) -> str:
@@ -238,7 +243,7 @@ class OnlinePicker:
         m = int(self.prompt_cell.max()) + 1
         cell_passes = np.bincount(self.prompt_cell, weights=self.passes, minlength=m)
         cell_tries = np.bincount(self.prompt_cell, weights=self.tries, minlength=m)
-        mean = ((cell_passes + 1.0) / (cell_tries + 2.0))[self.prompt_cell]
+        mean = cell_rate(cell_passes, cell_tries)[self.prompt_cell]
         a = self.strength * mean + self.passes
         b = self.strength * (1.0 - mean) + self.tries - self.passes
         return a[self.row_prompt], b[self.row_prompt]

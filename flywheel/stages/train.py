@@ -140,23 +140,23 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
 
 
 def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: RLPhase, sft, method: str):
-    """What the method trains on, from the groups: GRPO and RLOO the prompts whose groups taught
-    (dynamic sampling); expert iteration the passed answers as SFT rows (after the curated rows
+    """What the method trains on, from the groups: GRPO and RLOO every prompt where their trainer
+    picks online (one process), else the prompts whose groups taught (dynamic sampling); expert iteration the passed answers as SFT rows (after the curated rows
     with ``sft+expert``); on-policy DPO (passed, failed) pairs. Returns (rl, sft, dpo, the
     trainer's method)."""
     from datasets import Dataset, concatenate_datasets
 
-    at = ctx.cfg.train.rl.pass_reward
+    tc = ctx.cfg.train
+    at = tc.rl.pass_reward
     chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
     if not any(not g.flat for g in groups):
         log.warning("%s: none of its %d sampled groups teaches (every answer of each got one reward): its %s phase "
                     "has nothing of its own answers to learn from", t, len(groups), method)
-    tc = ctx.cfg.train
     if method in ONLINE_METHODS and tc.rl.pick_online and (tc.launcher == "inline" or tc.num_processes == 1):
         return rl, sft, None, method  # the trainer picks by the groups' outcomes (one process only)
     if method in ONLINE_METHODS:
         teach = {g.row["prompt_id"] for g in groups if not g.flat}
-        batch = ctx.cfg.train.batch_size // ctx.cfg.train.rl.generations
+        batch = tc.batch_size // tc.rl.generations
         if len(teach) < batch:  # the trainer would drop a batch short of whole groups and take no step
             log.warning("%s: dynamic sampling left %d prompts whose answers differ, fewer than one batch's %d: "
                         "its %s phase learns on every prompt", t, len(teach), batch, method)
