@@ -158,6 +158,22 @@ class SamplingSummary:
                 "all_passed": self.all_passed, "all_failed": self.all_failed, "by_category": self.by_category}
 
 
+def keep_chances(groups: Iterable[Group], at: float) -> dict[str, float]:
+    """``train.rl.thin_known``: per category ("" for rows without one), the chance that one of
+    ``sft+expert``'s curated rows is kept, min(1, 4 (1 - p)), p the pass rate of the target's own
+    sampled answers there: every row where it passes three answers in four or fewer, fewer rows
+    the more surely it answers right (p = 0.9 keeps 0.4 of them, p = 1 none), so that the phase's
+    steps go to what it does not know yet. A category none of whose answers was scored is absent
+    (its rows are all kept)."""
+    passes: dict[str, int] = {}
+    tries: dict[str, int] = {}
+    for g in groups:
+        c = str(g.row.get("category") or "")
+        passes[c] = passes.get(c, 0) + sum(r >= at for r in g.scored)
+        tries[c] = tries.get(c, 0) + len(g.scored)
+    return {c: min(1.0, 4.0 * (1.0 - passes[c] / n)) for c, n in sorted(tries.items()) if n}
+
+
 def _cell_figures(groups: list[Group], at: float) -> dict:
     scored = [r for g in groups for r in g.scored]
     return {"groups": len(groups),

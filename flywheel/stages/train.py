@@ -19,7 +19,7 @@ from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.judge_rewards import build_reward
-from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, preference_rows
+from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, keep_chances, preference_rows
 from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
     RewardsFailed,
@@ -67,6 +67,12 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         groups = own_groups(ctx, k, t, rl, answer_steps(method, steps), tc)
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
+        if method == "sft+expert" and tc.rl.thin_known and sft is not None:
+            keep = keep_chances(groups, tc.rl.pass_reward)
+            sft, of = training_data(ctx, k, "sft", t, keep=keep), len(sft)
+            sampled["curated_kept"] = {"rows": len(sft) if sft is not None else 0, "of": of,
+                                       "chance": {c: round(x, 4) for c, x in keep.items()}}
+            log.info("curated rows of %s kept by its own pass rates: %d of %d", t, sampled["curated_kept"]["rows"], of)
         rl, sft, dpo, method = from_own_answers(ctx, k, t, groups=groups, rl=rl, sft=sft, method=method)
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
@@ -304,10 +310,14 @@ def serve_adapter(ctx: Context, t: str, k: int) -> None:
     player.load_lora_adapter(versioned(t, k), str(ctx.store.model_dir(versioned(t, k)).resolve()))
 
 
-def training_data(ctx: Context, k: int, kind: str, target: str):
+def training_data(ctx: Context, k: int, kind: str, target: str, keep: dict[str, float] | None = None):
     """The ``sft`` or ``dpo`` rows target ``target`` trains on in iteration ``k`` (with
     ``train.replay``, earlier iterations' SFT rows too; ``cooperative``, and ``mixed`` while the
-    last allocation pools: every target's)."""
+    last allocation pools: every target's). ``keep``: per category ("" for none), the chance that a
+    row is kept (``flywheel.learning.onpolicy.keep_chances``), drawn with the run's seed and ``k``,
+    so that a resumed phase keeps the same rows; a category not in it keeps all."""
+    import random
+
     from datasets import concatenate_datasets
 
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
@@ -315,6 +325,11 @@ def training_data(ctx: Context, k: int, kind: str, target: str):
     parts = [load_dataset_dir(ctx.store.dataset_dir(i, kind)) for i in iters]
     if not pools_traces(ctx, k):
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
+    if keep is not None:
+        rng = random.Random(ctx.cfg.run.seed + 7919 * k)
+        cats = [p["category"] if "category" in p.column_names else [None] * len(p) for p in parts]
+        parts = [p.select([i for i, c in enumerate(cs) if rng.random() < keep.get(str(c or ""), 1.0)])
+                 for p, cs in zip(parts, cats)]
     if kind == "sft" and len(parts) > 1:
         parts = rules_first(parts)
     parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
