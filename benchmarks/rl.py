@@ -66,7 +66,8 @@ GRPO = ["train.rl.reward=verifier", "train.rl.generations=8", "train.rl.temperat
 
 def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     """Each arm's overrides of the embedded default (4 iterations, the last one's method varies).
-    ``rl`` is the RL recipe (``flows/recipes/rl.yaml``); ``grpo`` GRPO with dynamic sampling and
+    ``rl`` is the RL recipe (``flows/recipes/rl.yaml``), ``rl-thinned`` the recipe with its curated
+    rows thinned by the target's own pass rates (``train.rl.thin_known``); ``grpo`` GRPO with dynamic sampling and
     its prompts picked online (``train.rl.pick_online``), ``grpo-shuffled`` in shuffled passes over
     the prompts whose sampled answers differed, ``grpo-plain`` without dynamic sampling; ``rloo``; ``expert`` expert
     iteration on the battles' prompts (the curated rows and the target's own passed answers in one
@@ -84,6 +85,7 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
         return "train.schedule=[" + ", ".join(["sft"] * (iterations - len(methods)) + list(methods)) + "]"
 
     return {"sft": [last("sft")] if recipe else [], "rl": [] if recipe else recipe_overrides(),
+            "rl-thinned": [*([] if recipe else recipe_overrides()), "train.rl.thin_known=true"],
             "grpo": [*GRPO, last("grpo")],
             "grpo-plain": [*GRPO, last("grpo"), "train.rl.dynamic_sampling=false"],
             "grpo-shuffled": [*GRPO, last("grpo"), "train.rl.pick_online=false"],

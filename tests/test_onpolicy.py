@@ -18,6 +18,7 @@ from flywheel.learning.onpolicy import (
     PromptPosterior,
     SamplingSummary,
     expert_rows,
+    keep_chances,
     outcomes_of,
     pick,
     preference_rows,
@@ -299,8 +300,51 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     assert sampled["groups"] == len(groups) and sampled["flat_groups"] == pytest.approx(1 - len(teach) / len(groups))
     passed = {(p, r["completion"]) for p, g in teach.items() for r in g if r["reward"] == 1.0}
     curated = len(load_dataset_dir(run / "iter-0001" / "sft"))
-    assert passed and trained["examples"] == curated + len(passed)
+    assert passed and trained["examples"] == curated + len(passed) and "curated_kept" not in sampled  # thin_known off
     assert changed(tiny_models_dir / "student", run / "models" / "student@1")
+
+
+def test_each_category_keeps_its_curated_rows_by_the_chance_its_own_pass_rate_gives():
+    """min(1, 4 (1 - p)) per category: p = 7/8 keeps half the rows, p at most 3/4 all, p = 1 none;
+    failed rewards are not answers; a category without one scored answer is absent (all kept)."""
+    def g(pid, category, rewards):
+        return Group({"prompt_id": pid, "prompt_text": pid, "category": category},
+                     tuple(f"a{i}" for i in range(len(rewards))), tuple(rewards),
+                     tuple(None if r is not None else "down" for r in rewards))
+
+    groups = [g("r1", "rev", [1.0] * 4), g("r2", "rev", [1.0, 1.0, 1.0, 0.0]), g("s1", "sub", [1.0, 0.0, 0.0, None]),
+              g("a1", "add", [1.0, 1.0, 1.0, 0.0]), g("x1", None, [1.0, 1.0]), g("c1", "count", [None, None])]
+    assert keep_chances(groups, 1.0) == {"": 0.0, "add": 1.0, "rev": 0.5, "sub": 1.0}
+
+
+def sub_solved(prompts, completions, category, **columns):
+    """The target answers every `sub` prompt right and every other wrong."""
+    return [1.0 if c == "sub" else 0.0 for c in category]
+
+
+def all_solved(prompts, completions, **columns):
+    return [1.0] * len(completions)
+
+
+@pytest.mark.parametrize("reward, kept", [("sub_solved", "not sub"), ("all_solved", "all")])
+def test_expert_iteration_drops_the_curated_rows_of_a_category_its_target_always_passes(tiny_models_dir, tmp_path,
+                                                                                       reward, kept):
+    """train.rl.thin_known: a category whose every sampled answer passes keeps none of its curated
+    rows, one whose every answer fails keeps all; where thinning would leave none, every row stays.
+    (Every group is flat: no row of its own answers. Off, every row stays: the test above.)"""
+    from flywheel.learning.curation import load_dataset_dir
+
+    run = run_stages(tiny_models_dir, tmp_path, "thin", run__iterations=1, train__method="sft+expert",
+                     train__rl={"generations": 4, "reward": f"tests.test_onpolicy:{reward}", "answers": 400,
+                                "thin_known": True})
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    curated = load_dataset_dir(run / "iter-0001" / "sft").to_list()
+    sampled = {r["category"] for r in load_dataset_dir(run / "iter-0001" / "rollouts").to_list()}
+    assert "sub" in sampled and len(sampled) > 1 and any(r["category"] == "sub" for r in curated)
+    want = sum(r["category"] != "sub" for r in curated) if kept == "not sub" else len(curated)
+    assert 0 < want and trained["examples"] == want
+    chance = {c: (0.0 if reward == "all_solved" or c == "sub" else 1.0) for c in sampled}
+    assert trained["sampling"]["curated_kept"] == {"rows": want, "of": len(curated), "chance": chance}
 
 
 def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(tiny_models_dir, tmp_path, cli_env):

@@ -72,7 +72,7 @@ class RLConfig(Strict):
                               "likelier to teach than not are picked. false: shuffled passes over the prompts (with "
                               "dynamic_sampling, those whose answers differed). Under several processes the passes "
                               "are shuffled.")
-    thin_known: bool = Field(True, description="sft+expert: each curated row is kept with chance min(1, 4 (1 - p)), "
+    thin_known: bool = Field(False, description="sft+expert: each curated row is kept with chance min(1, 4 (1 - p)), "
                              "p the pass rate of the target's own sampled answers in the row's category (rows "
                              "without one: all its answers): all where it passes three answers in four or fewer, "
                              "fewer the more surely it answers right, so that the phase's steps go to what it does "

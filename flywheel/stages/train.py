@@ -68,11 +68,7 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
         if method == "sft+expert" and tc.rl.thin_known and sft is not None:
-            keep = keep_chances(groups, tc.rl.pass_reward)
-            sft, of = training_data(ctx, k, "sft", t, keep=keep), len(sft)
-            sampled["curated_kept"] = {"rows": len(sft) if sft is not None else 0, "of": of,
-                                       "chance": {c: round(x, 4) for c, x in keep.items()}}
-            log.info("curated rows of %s kept by its own pass rates: %d of %d", t, sampled["curated_kept"]["rows"], of)
+            sft, sampled["curated_kept"] = thin_known(ctx, k, t, groups, sft)
         rl, sft, dpo, method = from_own_answers(ctx, k, t, groups=groups, rl=rl, sft=sft, method=method)
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
@@ -97,6 +93,19 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     return TargetTraining(version=new, steps=res.steps, loss=res.loss, examples=res.examples,
                           served_as=new if pc.serve_lora else None, rewards=rewards, reward_model=made,
                           sampling=sampled, log=list(res.history) or None)
+
+
+def thin_known(ctx: Context, k: int, t: str, groups: list[Group], sft):
+    """``train.rl.thin_known``: target ``t``'s curated rows, each kept with the chance its
+    category's own pass rate gives it (``keep_chances``), and a record of what was kept. Where
+    none would be left, every row stays: the phase would have nothing else of the imitation's."""
+    keep = keep_chances(groups, ctx.cfg.train.rl.pass_reward)
+    thinned = training_data(ctx, k, "sft", t, keep=keep)
+    rows = len(thinned) if thinned is not None else 0
+    log.info("curated rows of %s, kept by the chance its own pass rates give each category: %d of %d%s", t, rows,
+             len(sft), "" if rows else " (none left: every row stays)")
+    record = {"rows": rows or len(sft), "of": len(sft), "chance": {c: round(x, 4) for c, x in keep.items()}}
+    return (thinned if rows else sft), record
 
 
 def samples_first(tc, method: str) -> bool:
