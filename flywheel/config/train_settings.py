@@ -74,9 +74,9 @@ class RLConfig(Strict):
                               "are shuffled.")
     thin_known: bool = Field(False, description="sft+expert: each curated row is kept with chance min(1, 4 (1 - p)), "
                              "p the pass rate of the target's own sampled answers in the row's category (rows "
-                             "without one: all its answers): all where it passes three answers in four or fewer, "
-                             "fewer the more surely it answers right, so that the phase's steps go to what it does "
-                             "not know yet. false: every curated row.")
+                             "without one: its answers to prompts without one): all where it passes three answers "
+                             "in four or fewer, fewer the more surely it answers right, so that the phase's steps go "
+                             "to what it does not know yet. false: every curated row.")
     answers: int | None = Field(None, ge=1, description="Own answers sampled per target before a phase trains "
                                 "(expert, onpolicy_dpo, dynamic sampling), in rounds that pick the prompts with the "
                                 "highest learnability; default: the phase's steps x train.batch_size, what a GRPO "
