@@ -110,7 +110,7 @@ def test_the_verifier_checks_every_turn_and_reports_each():
 
 def test_conversations_curate_into_history_rows_and_shared_history_pairs(tmp_path):
     from flywheel.learning.curation import SFT_COLUMNS, columns_of, load_dataset_dir, save_dataset
-    from flywheel.stages.train import shape_for
+    from flywheel.stages.train_data import shape_for
 
     battles = [two_turns("1", ("42", "48"), ("42", "49")),   # calc wins on turn 2: shared turn 1
                two_turns("2", ("41", "48"), ("43", "50"), question=("17+26=", "43")),  # they differ from turn 1

@@ -304,7 +304,7 @@ def test_where_the_rules_name_the_move_no_winners_blunder_is_learnt_there():
     from datasets import Dataset
 
     from flywheel.config.tree import CurateConfig, GamesConfig
-    from flywheel.stages.train import rules_first
+    from flywheel.stages.train_data import rules_first
 
     lost_at = "ttt xx34o6789 o="  # x threatens 1-2-3: o must block 3
     blocked = battle(EMPTY_TTT, "1 2 3", "5 9", "minimax", "student@1", "blk")  # the target took 9 there and lost

@@ -13,7 +13,7 @@ from flywheel.run.context import close_run, open_run
 from flywheel.run.results import EvalResult, Validation, VersionEval
 from flywheel.stages.iteration import run_to
 from flywheel.stages.promote import promote_versions
-from flywheel.stages.train import training_data
+from flywheel.stages.train_data import training_data
 from tests.conftest import tiny_tree
 
 

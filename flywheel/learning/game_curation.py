@@ -21,7 +21,7 @@ Connect Four only where the target's own move was in another column, so that the
 its piece would land). These rows' source is ``rules``. In a position where the rules name the
 move, no winner's move is learnt for that target: a winner may have won after a blunder there;
 the rules' win or block is certain (``train.replay`` keeps to this across iterations:
-flywheel/stages/train.py). Winners' moves alone teach a target to finish its own lines; a loss's
+flywheel/stages/train_data.py). Winners' moves alone teach a target to finish its own lines; a loss's
 last move is where it failed to stop the other.
 
 With ``tactics``, every move a target made in any game it played (won, drawn or lost) is checked
