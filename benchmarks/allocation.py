@@ -63,13 +63,12 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
+from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
 from flywheel.config.tree import FlywheelConfig
 from flywheel.ground.atomic import read_json
@@ -213,10 +212,7 @@ def summarize(name: str, ratios: list[float], marks: list[str]) -> str:
 
 def main() -> None:
     args = parse_args()
-    from flywheel.face.cli import QUIET_ENV
-
-    for key, value in QUIET_ENV.items():  # no progress bars (the spawned runs inherit these)
-        os.environ.setdefault(key, value)
+    quiet_runs()
     seeds, worlds = args.seeds, worlds_of(args)
     lrs = [float(x) for x in args.lrs.split(",")]
     targets = [(f"t{i + 1}", lr) for i, lr in enumerate(lrs)]

@@ -34,13 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.stats import default_jobs, mean_ci, parse_seeds, run_all
+from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
 QUICK = ["run.iterations=2", "train.steps=300"]  # --quick, applied after every --set
@@ -137,10 +136,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 seeds (the first two given), 2 iterations, 300 steps")
     args = ap.parse_args()
-    from flywheel.face.cli import QUIET_ENV
-
-    for key, value in QUIET_ENV.items():  # no progress bars (the spawned runs inherit these)
-        os.environ.setdefault(key, value)
+    quiet_runs()
     seeds = parse_seeds(args.seeds)
     overrides = list(args.overrides)
     if args.quick:

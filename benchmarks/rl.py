@@ -27,14 +27,13 @@ is ``ratio:`` the ``rl`` arm's mean accuracy over the ``sft`` arm's at the large
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks.efficacy import by_category, figures, run_once
-from benchmarks.stats import default_jobs, mean_ci, parse_seeds, run_all
+from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
 RECIPE = Path(__file__).resolve().parent.parent / "flows" / "recipes" / "rl.yaml"
@@ -164,10 +163,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
     args = ap.parse_args()
-    from flywheel.face.cli import QUIET_ENV
-
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
+    quiet_runs()
     worlds = worlds_of(args)  # --registered sets the seeds too
     seeds, common = parse_seeds(args.seeds), list(args.overrides)
     if args.quick:

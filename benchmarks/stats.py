@@ -13,8 +13,7 @@ import math
 import multiprocessing as mp
 import os
 import statistics
-from collections.abc import Callable, Sequence
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -155,6 +154,14 @@ def run_all(fn: Callable[..., Any], calls: list[tuple], jobs: int) -> list[Any]:
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
         futures = [pool.submit(fn, *c) for c in calls]
         return [f.result() for f in futures]
+
+
+def quiet_runs() -> None:
+    """No progress bars or telemetry in this process and the runs it spawns (they inherit these)."""
+    from flywheel.face.cli import QUIET_ENV
+
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 def default_jobs() -> int:

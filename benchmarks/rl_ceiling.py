@@ -1,0 +1,171 @@
+"""How much room learning from right answers has: the embedded default's SFT against an oracle that
+labels every train prompt right, at the same compute.
+
+Expert iteration (the RL recipe) adds the target's own right answers to the winners' rows; the most
+any method that trains on right answers to train prompts could add is every train prompt with its
+reference answer. The ``oracle`` arm is that: not a method (no player knows every reference), a
+ceiling to read the on-policy arms against. Starting from the same pre-trained ``student``, it
+trains ``run.iterations`` x ``train.steps`` optimizer steps of ``train.batch_size`` sequences (the
+SFT arm's compute) on every train prompt of the world with its reference (never a validation or eval
+prompt), by the same trainer and settings, and is scored on the eval split as the runs score theirs.
+
+Per world and run seed: both arms' final eval accuracy; per category, the share of the best
+opponent's accuracy (the opponents' from the SFT run, on the same eval split). Then each arm's mean
+with its 95% CI, the oracle's gain over SFT paired by world and seed, and on how many runs each arm
+reaches 0.90 of the best opponent in every learnable category (as ``benchmarks.rl`` reads it). The
+last line is ``ratio:`` the oracle's mean accuracy over SFT's.
+
+    python -m benchmarks.rl_ceiling --suites 1931 2039 2143 --pretrainings 81 82 --jobs 2
+    python -m benchmarks.rl_ceiling --quick        # 2 iterations, 300 steps, the tuning world
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.efficacy import by_category, figures
+from benchmarks.rl import LEARNABLE_MARGIN, QUICK, guess_by_category, timed_run
+from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
+from benchmarks.worlds import add_world_args, describe, worlds_of
+
+
+def oracle_rows(splits) -> list[dict[str, str]]:
+    """Every train prompt with a reference, as an SFT row (prompt, its reference as the completion);
+    the validation and eval splits never."""
+    return [{"prompt": p.text, "completion": p.reference} for p in splits.train if p.reference is not None]
+
+
+def oracle_run(seed: int, overrides: list[str], root: Path) -> tuple[dict[str, float], float, int]:
+    """The oracle arm: per category eval accuracy of ``student`` after SFT on ``oracle_rows`` for the
+    run's iterations x ``train.steps``; returns (accuracy by category with ``overall``, seconds, rows)."""
+    from datasets import Dataset
+
+    from flywheel.config.loading import load_config
+    from flywheel.learning.training import TrainJob, train_version
+    from flywheel.worlds.tinymodels import bootstrap
+    from flywheel.worlds.world import world_pools
+
+    t0 = time.perf_counter()
+    cfg = load_config(None, [*overrides, f"run.seed={seed}"])
+    bootstrap(cfg.world)
+    splits = world_pools(cfg.world)
+    rows = oracle_rows(splits)
+    data = Dataset.from_list(rows)
+    base = str(cfg.world.models_dir / cfg.targets[0].name)
+    for k in range(1, cfg.run.iterations + 1):
+        out = root / f"oracle-{k}"
+        train_version(TrainJob(base=base, out=out, steps=cfg.train.steps, seed=cfg.run.seed * 1000 + k, method="sft"),
+                      cfg.train, sft_data=data)
+        base = str(out)
+    return eval_by_category(base, splits.eval, cfg.targets[0].max_new_tokens), time.perf_counter() - t0, len(rows)
+
+
+def eval_by_category(path: str, prompts, max_new: int) -> dict[str, float]:
+    """Greedy eval accuracy of the checkpoint at ``path`` (at most ``max_new`` tokens an answer), per
+    category and ``overall``, scored as the runs score theirs (``flywheel.arena.evaluation.accuracy``)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from benchmarks.rl_diagnose import generate
+    from flywheel.arena.evaluation import accuracy
+    from flywheel.ground.checkpoints import load_checkpoint
+
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = load_checkpoint(path, dtype=torch.float32)
+    answers = generate(model, tok, [p.text for p in prompts], max_new, None, 0)
+    overall, by = accuracy({p.id: text for p, (text, _, _) in zip(prompts, answers)}, prompts)
+    return {**by, "overall": overall}
+
+
+def oracle_in(seed: int, overrides: list[str], root: Path, name: str):
+    folder = root / name
+    folder.mkdir(parents=True)
+    return oracle_run(seed, overrides, folder)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_world_args(ap)
+    ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
+    ap.add_argument("--seeds", nargs="+", default=["0"], help="run seeds, run.seed (default 0)")
+    ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="an override for both arms")
+    args = ap.parse_args()
+    quiet_runs()
+    worlds = worlds_of(args)
+    seeds, common = parse_seeds(args.seeds), list(args.overrides)
+    if args.quick:
+        seeds, common = seeds[:1], [*common, *QUICK]
+    from flywheel.config.loading import load_config
+    from flywheel.worlds.tinymodels import bootstrap
+
+    for w in worlds:
+        bootstrap(load_config(None, [*common, *w.overrides()]).world)
+    print(f"arms: sft: the embedded default; oracle: SFT on every train prompt's reference at the same steps; "
+          f"{' '.join(common) or 'no overrides'}; run seeds {seeds} on {describe(worlds)}", flush=True)
+    runs = [(w, s) for w in worlds for s in seeds]
+    with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp:
+        names = [f"t{w.suite}-w{w.pretraining}-s{s}" for w, s in runs]
+        calls = [(timed_run, (s, [*common, *w.overrides(), f"run.name=sft-{n}"], Path(tmp)))
+                 for (w, s), n in zip(runs, names)]
+        calls += [(oracle_in, (s, [*common, *w.overrides()], Path(tmp), f"oracle-{n}"))
+                  for (w, s), n in zip(runs, names)]
+        done = run_all(call, calls, args.jobs)
+    report(runs, done[:len(runs)], done[len(runs):])
+
+
+def call(fn, args):
+    return fn(*args)
+
+
+def report(runs, sft_done, oracle_done) -> None:
+    acc: dict[str, list[float]] = {"sft": [], "oracle": []}
+    secs: dict[str, list[float]] = {"sft": [], "oracle": []}
+    shares: dict[str, dict[str, list[float]]] = {"sft": {}, "oracle": {}}
+    reached = {"sft": 0, "oracle": 0}
+    gains = []
+    for (w, s), (summary, wall), (oracle, o_wall, rows) in zip(runs, sft_done, oracle_done):
+        target = summary["targets"][0]
+        sft_acc = figures(summary, target)["accuracy"]
+        cats = by_category(summary, target)
+        guess = guess_by_category(w.overrides())
+        got = {"sft": {c: last for c, (last, _, _, _) in cats.items()}, "oracle": oracle}
+        line = []
+        for arm in ("sft", "oracle"):
+            learnable = []
+            for c, (_, _, top, _) in cats.items():
+                if top > 0:
+                    shares[arm].setdefault(c, []).append(got[arm][c] / top)
+                if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN:
+                    learnable.append(got[arm][c] / top if top > 0 else 1.0)
+            reached[arm] += bool(learnable) and min(learnable) >= 0.9
+            line.append(", ".join(f"{c} {got[arm][c] / top:.2f}" for c, (_, _, top, _) in cats.items() if top > 0))
+        acc["sft"].append(sft_acc)
+        acc["oracle"].append(oracle["overall"])
+        secs["sft"].append(wall)
+        secs["oracle"].append(o_wall)
+        gains.append(oracle["overall"] - sft_acc)
+        print(f"{w.label}, seed {s}: sft {sft_acc:.3f} ({wall:.0f} s), oracle {oracle['overall']:.3f} on {rows} rows "
+              f"({o_wall:.0f} s), gain {oracle['overall'] - sft_acc:+.3f}; of the best opponent: sft {line[0]}; "
+              f"oracle {line[1]}")
+    for arm in ("sft", "oracle"):
+        m, h = mean_ci(acc[arm])
+        print(f"{arm:<6} final eval accuracy {m:.3f} +- {h:.3f} over {len(acc[arm])} runs; median wall time "
+              f"{statistics.median(secs[arm]):.0f} s; at least 0.90 of the best opponent in every learnable category "
+              f"on {reached[arm]} of {len(acc[arm])} runs")
+    m, h = mean_ci(gains)
+    print(f"gain of oracle over sft: {m:+.3f} +- {h:.3f} (95% CI, paired by world and seed)")
+    print(f"{'category':<10}{'sft / best opponent':>24}{'oracle / best opponent':>26}")
+    for c in sorted(shares["sft"]):
+        cells = [f"{mean_ci(shares[arm][c])[0]:.2f} +- {mean_ci(shares[arm][c])[1]:.2f}" for arm in ("sft", "oracle")]
+        print(f"{c:<10}{cells[0]:>24}{cells[1]:>26}")
+    print(f"ratio: {statistics.mean(acc['oracle']) / statistics.mean(acc['sft']):.2f}")
+
+
+if __name__ == "__main__":
+    main()

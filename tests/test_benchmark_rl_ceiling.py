@@ -1,0 +1,35 @@
+"""benchmarks.rl_ceiling: the oracle that labels every train prompt right, the ceiling the on-policy
+arms are read against. It must train on the train split alone and score a model as a run does."""
+
+from pathlib import Path
+
+from benchmarks.efficacy import run_once
+from benchmarks.rl_ceiling import eval_by_category, oracle_rows
+from flywheel.worlds.world import world_pools
+
+
+def test_the_oracle_trains_on_every_train_reference_and_never_on_a_held_out_prompt(tiny_config):
+    cfg, _ = tiny_config()
+    splits = world_pools(cfg.world)
+    rows = oracle_rows(splits)
+    train = [p for p in splits.train if p.reference is not None]
+    assert rows and len(rows) == len(train)
+    assert [(r["prompt"], r["completion"]) for r in rows] == [(p.text, p.reference) for p in train]
+    held = {p.text for p in splits.eval + splits.validation}
+    assert held and not held & {r["prompt"] for r in rows}
+
+
+def test_the_oracle_scores_a_version_as_the_run_scored_it(tiny_config, tmp_path):
+    """Each model's eval accuracy per category, as the run recorded it in summary.json, is what the
+    benchmark's own scoring finds for the same checkpoint."""
+    cfg, path = tiny_config(run__iterations=1, run__name="scored")
+    summary = run_once(0, [], tmp_path / "runs", path)
+    entry = summary["iterations"][1]
+    recorded = {"student@1": entry["eval"]["student@1"], **entry["opponents_eval"]}
+    folders = {"student@1": tmp_path / "runs" / "scored" / "models" / "student@1",
+               **{name: Path(cfg.world.models_dir) / name for name in entry["opponents_eval"]}}
+    evals = world_pools(cfg.world).eval
+    for name, folder in folders.items():
+        got = eval_by_category(str(folder), evals, cfg.targets[0].max_new_tokens)
+        assert got == {**recorded[name]["accuracy_by_category"], "overall": recorded[name]["accuracy"]}, name
+    assert any(0 < r["accuracy"] < 1 for r in recorded.values())
