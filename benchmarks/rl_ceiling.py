@@ -1,13 +1,15 @@
 """How much room learning from right answers has: the embedded default's SFT against an oracle that
 labels every train prompt right, at the same compute.
 
-Expert iteration (the RL recipe) adds the target's own right answers to the winners' rows; the most
-any method that trains on right answers to train prompts could add is every train prompt with its
-reference answer. The ``oracle`` arm is that: not a method (no player knows every reference), a
-ceiling to read the on-policy arms against. Starting from the same pre-trained ``student``, it
-trains ``run.iterations`` x ``train.steps`` optimizer steps of ``train.batch_size`` sequences (the
-SFT arm's compute) on every train prompt of the world with its reference (never a validation or eval
-prompt), by the same trainer and settings, and is scored on the eval split as the runs score theirs.
+Expert iteration (the RL recipe) adds the target's own right answers to the winners' rows. The
+``oracle`` arm trains on every train prompt of the world with its reference answer: not a method
+(no player knows every reference), a yardstick for what right answers to train prompts can teach at
+this compute. Starting from the same pre-trained ``student``, it trains ``run.iterations`` x
+``train.steps`` optimizer steps of ``train.batch_size`` sequences (the SFT arm's compute) on those
+rows (never a validation or eval prompt), by the same trainer and settings, keeps every version
+(the SFT arm promotes on validation), and is scored on the eval split as the runs score theirs. It
+is not a strict ceiling: the arena's rows (the bandit's prompts, replayed iterations) can teach more
+than the flat oracle mix on a given world.
 
 Per world and run seed: both arms' final eval accuracy; per category, the share of the best
 opponent's accuracy (the opponents' from the SFT run, on the same eval split). Then each arm's mean
