@@ -144,7 +144,7 @@ def report(runs, sft_done, oracle_done) -> None:
                 if top > 0:
                     shares[arm].setdefault(c, []).append(got[arm][c] / top)
                 if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN:
-                    learnable.append(got[arm][c] / top if top > 0 else 1.0)
+                    learnable.append(got[arm][c] / top)
             reached[arm] += bool(learnable) and min(learnable) >= 0.9
             line.append(", ".join(f"{c} {got[arm][c] / top:.2f}" for c, (_, _, top, _) in cats.items() if top > 0))
         acc["sft"].append(sft_acc)

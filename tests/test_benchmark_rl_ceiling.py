@@ -1,4 +1,4 @@
-"""benchmarks.rl_ceiling: the oracle that labels every train prompt right, the ceiling the on-policy
+"""benchmarks.rl_ceiling: the oracle that labels every train prompt right, the yardstick the on-policy
 arms are read against. It must train on the train split alone and score a model as a run does."""
 
 from pathlib import Path
