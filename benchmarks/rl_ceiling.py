@@ -35,13 +35,15 @@ from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
 
-def oracle_rows(splits) -> list[dict[str, str]]:
-    """Every train prompt with a reference, as an SFT row (prompt, its reference as the completion);
-    the validation and eval splits never."""
-    return [{"prompt": p.text, "completion": p.reference} for p in splits.train if p.reference is not None]
+def oracle_rows(splits, repeat: dict[str, int] | None = None) -> list[dict[str, str]]:
+    """Every train prompt with a reference, as an SFT row (prompt, its reference as the completion),
+    a category in ``repeat`` that many times; the validation and eval splits never."""
+    return [{"prompt": p.text, "completion": p.reference} for p in splits.train if p.reference is not None
+            for _ in range((repeat or {}).get(p.category, 1))]
 
 
-def oracle_run(seed: int, overrides: list[str], root: Path) -> tuple[dict[str, float], float, int]:
+def oracle_run(seed: int, overrides: list[str], root: Path, repeat: dict[str, int] | None = None
+               ) -> tuple[dict[str, float], float, int]:
     """The oracle arm: per category eval accuracy of ``student`` after SFT on ``oracle_rows`` for the
     run's iterations x ``train.steps``; returns (accuracy by category with ``overall``, seconds, rows)."""
     from datasets import Dataset
@@ -55,7 +57,7 @@ def oracle_run(seed: int, overrides: list[str], root: Path) -> tuple[dict[str, f
     cfg = load_config(None, [*overrides, f"run.seed={seed}"])
     bootstrap(cfg.world)
     splits = world_pools(cfg.world)
-    rows = oracle_rows(splits)
+    rows = oracle_rows(splits, repeat)
     data = Dataset.from_list(rows)
     base = str(cfg.world.models_dir / cfg.targets[0].name)
     for k in range(1, cfg.run.iterations + 1):
@@ -84,10 +86,23 @@ def eval_by_category(path: str, prompts, max_new: int) -> dict[str, float]:
     return {**by, "overall": overall}
 
 
-def oracle_in(seed: int, overrides: list[str], root: Path, name: str):
+def parse_repeat(ap: argparse.ArgumentParser, values: list[str]) -> dict[str, int]:
+    """``CATEGORY=N`` pairs: a task category and a whole number of at least 1 (else one usage error)."""
+    from flywheel.worlds.tasks import CATEGORIES
+
+    out = {}
+    for x in values:
+        c, _, n = x.partition("=")
+        if c not in CATEGORIES or not n.isdigit() or int(n) < 1:
+            ap.error(f"--repeat {x}: CATEGORY=N, a category of {', '.join(CATEGORIES)} and N at least 1")
+        out[c] = int(n)
+    return out
+
+
+def oracle_in(seed: int, overrides: list[str], root: Path, name: str, repeat: dict[str, int]):
     folder = root / name
     folder.mkdir(parents=True)
-    return oracle_run(seed, overrides, folder)
+    return oracle_run(seed, overrides, folder, repeat)
 
 
 def main() -> None:
@@ -97,9 +112,12 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", default=["0"], help="run seeds, run.seed (default 0)")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="an override for both arms")
+    ap.add_argument("--repeat", nargs="+", default=[], metavar="CATEGORY=N",
+                    help="the oracle's rows of CATEGORY, N times each (its mix; default: every row once)")
     args = ap.parse_args()
     quiet_runs()
     worlds = worlds_of(args)
+    repeat = parse_repeat(ap, args.repeat)
     seeds, common = parse_seeds(args.seeds), list(args.overrides)
     if args.quick:
         seeds, common = seeds[:1], [*common, *QUICK]
@@ -108,14 +126,15 @@ def main() -> None:
 
     for w in worlds:
         bootstrap(load_config(None, [*common, *w.overrides()]).world)
-    print(f"arms: sft: the embedded default; oracle: SFT on every train prompt's reference at the same steps; "
+    print(f"arms: sft: the embedded default; oracle: SFT on every train prompt's reference at the same steps"
+          f"{' (' + ', '.join(f'{c} x{n}' for c, n in repeat.items()) + ')' if repeat else ''}; "
           f"{' '.join(common) or 'no overrides'}; run seeds {seeds} on {describe(worlds)}", flush=True)
     runs = [(w, s) for w in worlds for s in seeds]
     with tempfile.TemporaryDirectory(prefix="bench-ceiling-") as tmp:
         names = [f"t{w.suite}-w{w.pretraining}-s{s}" for w, s in runs]
         calls = [(timed_run, (s, [*common, *w.overrides(), f"run.name=sft-{n}"], Path(tmp)))
                  for (w, s), n in zip(runs, names)]
-        calls += [(oracle_in, (s, [*common, *w.overrides()], Path(tmp), f"oracle-{n}"))
+        calls += [(oracle_in, (s, [*common, *w.overrides()], Path(tmp), f"oracle-{n}", repeat))
                   for (w, s), n in zip(runs, names)]
         done = run_all(call, calls, args.jobs)
     report(runs, done[:len(runs)], done[len(runs):])

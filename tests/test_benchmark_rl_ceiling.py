@@ -33,3 +33,15 @@ def test_the_oracle_scores_a_version_as_the_run_scored_it(tiny_config, tmp_path)
         got = eval_by_category(str(folder), evals, cfg.targets[0].max_new_tokens)
         assert got == {**recorded[name]["accuracy_by_category"], "overall": recorded[name]["accuracy"]}, name
     assert any(0 < r["accuracy"] < 1 for r in recorded.values())
+
+
+def test_the_oracles_mix_repeats_the_categories_named_and_no_other(tiny_config):
+    from collections import Counter
+
+    cfg, _ = tiny_config()
+    splits = world_pools(cfg.world)
+    once = Counter(r["prompt"] for r in oracle_rows(splits))
+    mixed = Counter(r["prompt"] for r in oracle_rows(splits, {"sub": 3}))
+    subs = {p.text for p in splits.train if p.category == "sub"}
+    assert subs and all(mixed[t] == 3 * once[t] for t in subs)
+    assert all(mixed[t] == once[t] for t in once if t not in subs)
