@@ -18,6 +18,7 @@ reaches 0.90 of the best opponent in every learnable category (as ``benchmarks.r
 last line is ``ratio:`` the oracle's mean accuracy over SFT's.
 
     python -m benchmarks.rl_ceiling --suites 1931 2039 2143 --pretrainings 81 82 --jobs 2
+    python -m benchmarks.rl_ceiling --suites 1931 2039 2143 --pretrainings 81 82 --repeat add=3 sub=3 mul=3
     python -m benchmarks.rl_ceiling --quick        # 2 iterations, 300 steps, the tuning world
 """
 
