@@ -55,6 +55,7 @@ def oracle_run(seed: int, overrides: list[str], root: Path, repeat: dict[str, in
     from flywheel.worlds.world import world_pools
 
     t0 = time.perf_counter()
+    root.mkdir(parents=True, exist_ok=True)
     cfg = load_config(None, [*overrides, f"run.seed={seed}"])
     bootstrap(cfg.world)
     splits = world_pools(cfg.world)
@@ -100,12 +101,6 @@ def parse_repeat(ap: argparse.ArgumentParser, values: list[str]) -> dict[str, in
     return out
 
 
-def oracle_in(seed: int, overrides: list[str], root: Path, name: str, repeat: dict[str, int]):
-    folder = root / name
-    folder.mkdir(parents=True)
-    return oracle_run(seed, overrides, folder, repeat)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_world_args(ap)
@@ -135,7 +130,7 @@ def main() -> None:
         names = [f"t{w.suite}-w{w.pretraining}-s{s}" for w, s in runs]
         calls = [(timed_run, (s, [*common, *w.overrides(), f"run.name=sft-{n}"], Path(tmp)))
                  for (w, s), n in zip(runs, names)]
-        calls += [(oracle_in, (s, [*common, *w.overrides()], Path(tmp), f"oracle-{n}", repeat))
+        calls += [(oracle_run, (s, [*common, *w.overrides()], Path(tmp) / f"oracle-{n}", repeat))
                   for (w, s), n in zip(runs, names)]
         done = run_all(call, calls, args.jobs)
     report(runs, done[:len(runs)], done[len(runs):])

@@ -45,3 +45,30 @@ def test_the_oracles_mix_repeats_the_categories_named_and_no_other(tiny_config):
     subs = {p.text for p in splits.train if p.category == "sub"}
     assert subs and all(mixed[t] == 3 * once[t] for t in subs)
     assert all(mixed[t] == once[t] for t in once if t not in subs)
+
+
+def test_a_short_run_prints_both_arms_on_the_oracles_rows_and_ends_with_the_ratio(tmp_path, cli_env):
+    """``python -m benchmarks.rl_ceiling`` as a user runs it, on the tiny suite and models (pre-trained
+    into its own models root): both arms per world, the oracle on every train row with `sub` twice."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from flywheel.config.loading import load_config
+    from tests.conftest import TINY_MODELS, TINY_TASKS
+
+    sets = ["run.iterations=1", "train.steps=4", "train.batch_size=8", "select.battles_per_iteration=48",
+            *(f"world.tasks.{k}={v}" for k, v in TINY_TASKS.items()),
+            "world.models=" + yaml.safe_dump(TINY_MODELS, default_flow_style=True).strip()]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.rl_ceiling", "--jobs", "1", "--models-root",
+                          str(tmp_path / "models"), "--repeat", "sub=2", *(x for s in sets for x in ("--set", s))],
+                         env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    splits = world_pools(load_config(None, [*sets, f"world.models_dir={tmp_path / 'models'}"]).world)
+    lines = out.stdout.strip().splitlines()
+    [run] = [line for line in lines if line.startswith("suite 1234 / pre-training 0")]
+    assert ": sft " in run and f"on {len(oracle_rows(splits, {'sub': 2}))} rows" in run
+    assert any(line.startswith("sft    final eval accuracy") for line in lines)
+    assert any(line.startswith("oracle final eval accuracy") for line in lines)
+    assert lines[-1].startswith("ratio: ")
