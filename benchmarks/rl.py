@@ -63,6 +63,9 @@ GRPO = ["train.rl.reward=verifier", "train.rl.generations=8", "train.rl.temperat
         "train.rl.learning_rate=2e-5"]
 
 
+GAP_MIX = 2.0  # the gap-weighted arms' train.gap_mix
+
+
 def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     """Each arm's overrides of the embedded default (4 iterations, the last one's method varies).
     ``rl`` is the RL recipe (``flows/recipes/rl.yaml``), ``rl-thinned`` the recipe with its curated
@@ -75,7 +78,9 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     failed answers. ``rm`` and ``rm-control`` ask how much of the verifier's gain survives when the
     judge is seen only through a reward model: both train a reward model in the iteration before
     their GRPO one (the target carried forward there); ``rm`` then learns from the model's rewards,
-    ``rm-control`` from the verifier's.
+    ``rm-control`` from the verifier's. ``sft-gap`` and ``rl-gap`` are ``sft`` and ``rl`` with
+    their SFT rows weighted by each category's gap to the best opponent on validation
+    (``train.gap_mix`` at ``GAP_MIX``).
 
     With ``recipe`` (``--recipe``: every arm starts from a recipe of ``iterations`` iterations
     instead of the embedded default), ``rl`` is that recipe as written and ``sft`` imitates in
@@ -85,6 +90,8 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
 
     return {"sft": [last("sft")] if recipe else [], "rl": [] if recipe else recipe_overrides(),
             "rl-thinned": [*([] if recipe else recipe_overrides()), "train.rl.thin_known=true"],
+            "sft-gap": [*([last("sft")] if recipe else []), f"train.gap_mix={GAP_MIX}"],
+            "rl-gap": [*([] if recipe else recipe_overrides()), f"train.gap_mix={GAP_MIX}"],
             "grpo": [*GRPO, last("grpo")],
             "grpo-plain": [*GRPO, last("grpo"), "train.rl.dynamic_sampling=false"],
             "grpo-shuffled": [*GRPO, last("grpo"), "train.rl.pick_online=false"],

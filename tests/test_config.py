@@ -42,6 +42,14 @@ def test_bad_config_names_the_field(overrides, field):
     assert field in str(e.value)
 
 
+def test_a_games_world_refuses_the_gap_mix():
+    """train.gap_mix weighs rows by the validation accuracy of their category; a games world has neither."""
+    with pytest.raises(ConfigError) as e:
+        load_config(Path("flows/recipes/tictactoe.yaml"), ["train.gap_mix=2"])
+    assert "train.gap_mix" in str(e.value)
+    assert load_config(Path("flows/recipes/tictactoe.yaml"), []).train.gap_mix == 0
+
+
 def test_bad_yaml_names_the_line(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("run:\n  iterations: 2\n  seed: [1, 2\n")

@@ -126,7 +126,8 @@ def test_flat_groups_teach_nothing_and_are_dropped():
     mixed = group("mixed", [1.0, 0.0, 1.0, 0.0], ["42", "41", "42", "40"])
     assert all(g.flat for g in flat) and not mixed.flat
     # distinct passed answers, as the target was asked
-    assert expert_rows([*flat, mixed], 1.0) == [{"prompt": "mixed=", "history": "", "completion": "42"}]
+    assert expert_rows([*flat, mixed], 1.0) == [{"prompt": "mixed=", "history": "", "completion": "42",
+                                                 "category": "add"}]
     pairs = preference_rows([*flat, mixed], 1.0)
     assert [(p["chosen"], p["rejected"]) for p in pairs] == [("42", "41")]  # one distinct passed answer: one pair
     s = SamplingSummary.of([*flat, mixed], 1.0)

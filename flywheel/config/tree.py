@@ -309,6 +309,9 @@ class FlywheelConfig(Strict):
                                  "position against every reference player (its win-or-draw rates need them all)")
             if self.curate.style_control:
                 raise ValueError("curate.style_control is for prompt worlds: a game's rules judge moves, not style")
+            if self.train.gap_mix:
+                raise ValueError("train.gap_mix weights rows by their category's validation accuracy; a games world "
+                                 "validates on games, not categories")
             bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
             if bad:
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")

@@ -104,8 +104,9 @@ def pick(rows: list[dict], posterior: PromptPosterior, n: int, seen: set[str], r
 
 def expert_rows(groups: Iterable[Group], at: float) -> list[dict]:
     """Expert iteration's SFT rows: each distinct passed answer of every group that teaches (not
-    flat), as (prompt, history, completion): the prompt's text and the messages before it."""
-    return [{**_asked(g), "completion": a} for g in groups if not g.flat for a in dict.fromkeys(g.passed(at))]
+    flat), as (prompt, history, completion, category): the prompt's text and the messages before it."""
+    return [{**_asked(g), "completion": a, "category": g.row.get("category")}
+            for g in groups if not g.flat for a in dict.fromkeys(g.passed(at))]
 
 
 def preference_rows(groups: Iterable[Group], at: float) -> list[dict]:

@@ -189,14 +189,20 @@ def _reference_loss(ctx: Context, version: str, prompts: list) -> float | None:
 def validate(ctx: Context, version: str, k: int) -> Validation:
     """A target version's accuracy on the validation split (and, where it scores references,
     the loss of its reference answers): what steers the run, never the eval split."""
+    acc, by_cat, by_turn = validation_accuracy(ctx, version, k)
+    return Validation(len(ctx.validation), acc, by_cat, _reference_loss(ctx, version, ctx.validation), by_turn)
+
+
+def validation_accuracy(ctx: Context, model: str, k: int) -> tuple[float, dict[str, float], list[float] | None]:
+    """A model's accuracy on the validation split, per category, and per user turn in a
+    conversation world (else None); its answers come through the generation cache."""
     if ctx.roster.asker() is not None or any(p.turns for p in ctx.validation):  # conversations
-        talks = converse(ctx.roster, ctx.store, [(p, [version]) for p in ctx.validation], k, "validation")
-        acc, by_cat, by_turn = conversation_accuracy({p.id: t[0].messages for p, t in zip(ctx.validation, talks)},
-                                                     ctx.validation, ctx.correct)
-        return Validation(len(ctx.validation), acc, by_cat, _reference_loss(ctx, version, ctx.validation), by_turn)
-    answers = generate_cached(ctx.roster, ctx.store, version, ctx.validation, k, "validation")
+        talks = converse(ctx.roster, ctx.store, [(p, [model]) for p in ctx.validation], k, "validation")
+        return conversation_accuracy({p.id: t[0].messages for p, t in zip(ctx.validation, talks)}, ctx.validation,
+                                     ctx.correct)
+    answers = generate_cached(ctx.roster, ctx.store, model, ctx.validation, k, "validation")
     acc, by_cat = accuracy({pid: g.text for pid, g in answers.items() if g.ok}, ctx.validation, ctx.correct)
-    return Validation(len(ctx.validation), acc, by_cat, _reference_loss(ctx, version, ctx.validation))
+    return acc, by_cat, None
 
 
 def _subset_boards(ctx: Context, k: int, reference_answers: dict[str, dict[str, str]]) -> dict[str, list[dict]]:

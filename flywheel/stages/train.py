@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import shutil
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from flywheel.ground.cards import hub_card
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.judge_rewards import build_reward
+from flywheel.learning.mix import combine, copies, gap_weights
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, keep_chances, preference_rows
 from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
@@ -32,6 +34,7 @@ from flywheel.learning.training import Hardware, TrainJob, is_main_process, prec
 from flywheel.players.player import ServesAdapters
 from flywheel.run.context import Context, stage
 from flywheel.run.results import TargetTraining, TrainResult
+from flywheel.stages.evaluate import validation_accuracy
 from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.stages.train_data import pools_traces, shape_for, training_data
 from judges.reward_scorer import RewardScorer
@@ -53,7 +56,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     """Train target ``t``'s version k from version k-1 on iteration k's curated data."""
     new = versioned(t, k)
     target_dir = ctx.store.model_dir(new)
-    sft = training_data(ctx, k, "sft", t)
+    mix = mix_weights(ctx, k, t)
+    sft = training_data(ctx, k, "sft", t, weight=mix)
     dpo = training_data(ctx, k, "dpo", t)
     pc = ctx.roster.config(t)
     tc = ctx.cfg.train if pc.learning_rate is None else ctx.cfg.train.model_copy(update={"learning_rate": pc.learning_rate})
@@ -67,8 +71,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
         if method == "sft+expert" and tc.rl.thin_known and sft is not None:
-            sft, sampled["curated_kept"] = thin_known(ctx, k, t, groups, sft)
-        rl, sft, dpo, method = from_own_answers(ctx, k, t, groups=groups, rl=rl, sft=sft, method=method)
+            sft, sampled["curated_kept"] = thin_known(ctx, k, t, groups, sft, mix)
+        rl, sft, dpo, method = from_own_answers(ctx, k, t, groups=groups, rl=rl, sft=sft, method=method, mix=mix)
     if pc.serve_lora:  # the version is an adapter on the base weights, served by vLLM
         current = ctx.current_version(t, k)
         previous = ctx.store.model_dir(current) if PlayerVersion.parse(current).k else None
@@ -91,15 +95,34 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
     return TargetTraining(version=new, steps=res.steps, loss=res.loss, examples=res.examples,
                           served_as=new if pc.serve_lora else None, rewards=rewards, reward_model=made,
-                          sampling=sampled, log=list(res.history) or None)
+                          sampling=sampled, log=list(res.history) or None, mix=mix)
 
 
-def thin_known(ctx: Context, k: int, t: str, groups: list[Group], sft):
+def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
+    """``train.gap_mix``: per category, how many times one of target ``t``'s SFT rows is trained on
+    in iteration ``k``, on average (``flywheel.learning.mix.gap_weights``), from the validation
+    accuracies of the version trained from (its evaluation) and of each opponent (answered once a
+    run, through the generation cache); None with ``gap_mix`` 0."""
+    strength = ctx.cfg.train.gap_mix
+    if not strength:
+        return None
+    version = ctx.current_version(t, k)
+    own = ctx.version_eval(version)
+    if own is None or own.validation is None:
+        raise RuntimeError(f"train.gap_mix: {version} has no validation figures (its iteration's evaluate stage)")
+    opponents = [validation_accuracy(ctx, o, k)[1] for o in ctx.roster.opponents]
+    weights = gap_weights(own.validation.accuracy_by_category, opponents, strength)
+    log.info("rows of %s trained on, on average, per category (train.gap_mix %g): %s", t, strength, weights)
+    return weights
+
+
+def thin_known(ctx: Context, k: int, t: str, groups: list[Group], sft, mix: dict[str, float] | None):
     """``train.rl.thin_known``: target ``t``'s curated rows, each kept with the chance its
-    category's own pass rate gives it (``keep_chances``), and a record of what was kept. Where
-    none would be left, every row stays: the phase would have nothing else of the imitation's."""
+    category's own pass rate gives it (``keep_chances``; times ``mix``, ``train.gap_mix``'s
+    weights), and a record of what was kept. Where none would be left, every row stays (as ``mix``
+    weighs them): the phase would have nothing else of the imitation's."""
     keep = keep_chances(groups, ctx.cfg.train.rl.pass_reward)
-    thinned = training_data(ctx, k, "sft", t, keep=keep)
+    thinned = training_data(ctx, k, "sft", t, weight=combine(keep, mix))
     rows = len(thinned) if thinned is not None else 0
     log.info("curated rows of %s, kept by the chance its own pass rates give each category: %d of %d%s", t, rows,
              len(sft), "" if rows else " (none left: every row stays)")
@@ -153,11 +176,12 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
     return groups
 
 
-def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: RLPhase, sft, method: str):
+def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: RLPhase, sft, method: str,
+                     mix: dict[str, float] | None = None):
     """What the method trains on, from the groups: GRPO and RLOO every prompt where their trainer
     picks online (one process), else the prompts whose groups taught (dynamic sampling); expert iteration the passed answers as SFT rows (after the curated rows
-    with ``sft+expert``); on-policy DPO (passed, failed) pairs. Returns (rl, sft, dpo, the
-    trainer's method)."""
+    with ``sft+expert``; each as often as ``mix`` weighs its category, ``train.gap_mix``); on-policy
+    DPO (passed, failed) pairs. Returns (rl, sft, dpo, the trainer's method)."""
     from datasets import Dataset, concatenate_datasets
 
     tc = ctx.cfg.train
@@ -179,6 +203,9 @@ def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: R
             None, method
     if method in ("expert", "sft+expert"):
         rows = expert_rows(groups, at)
+        if rows and mix is not None:
+            rng = random.Random(ctx.cfg.run.seed + 7919 * k + 1)
+            rows = [r for r in rows for _ in range(copies(mix.get(str(r["category"] or ""), 1.0), rng))]
         own = shape_for(Dataset.from_list(rows), chat, system) if rows else None
         parts = [p for p in ([sft] if method == "sft+expert" else []) + [own] if p is not None and len(p)]
         mixed = concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
@@ -332,6 +359,7 @@ def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
 
+    mix_weights(ctx, k, t)  # the opponents' validation answers made once here; every rank reads them cached
     method = ctx.cfg.train.method_of(k)
     if samples_first(ctx.cfg.train, method):  # sampled once here; every rank reads the same groups
         own_groups(ctx, k, t, rl_phase(ctx, k, t), answer_steps(method, steps), ctx.cfg.train)

@@ -4,20 +4,22 @@ games world, shaped as the target reads them (its chat template, or plain text).
 
 from __future__ import annotations
 
+import random
+
 from flywheel.ground.chat import TEXT_COLUMNS, as_text, assistant, prompt_as_read, split_prompt
 from flywheel.learning.allocation import Allocation
 from flywheel.learning.curation import load_dataset_dir
+from flywheel.learning.mix import copies
 from flywheel.run.context import Context, read_stage
 
 
-def training_data(ctx: Context, k: int, kind: str, target: str, keep: dict[str, float] | None = None):
+def training_data(ctx: Context, k: int, kind: str, target: str, weight: dict[str, float] | None = None):
     """The ``sft`` or ``dpo`` rows target ``target`` trains on in iteration ``k`` (with
     ``train.replay``, earlier iterations' SFT rows too; ``cooperative``, and ``mixed`` while the
-    last allocation pools: every target's). ``keep``: per category ("" for none), the chance that a
-    row is kept (``flywheel.learning.onpolicy.keep_chances``), drawn with the run's seed and ``k``,
-    so that a resumed phase keeps the same rows; a category not in it keeps all."""
-    import random
-
+    last allocation pools: every target's). ``weight``: per category ("" for none), how many times
+    a row is trained on, on average (``flywheel.learning.mix``: over 1 repeats rows, ``train.gap_mix``;
+    under 1 keeps a row with that chance, ``train.rl.thin_known``), drawn with the run's seed and
+    ``k``, so that a resumed phase trains on the same rows; a category not in it keeps each row once."""
     from datasets import concatenate_datasets
 
     iters = range(1, k + 1) if (kind == "sft" and ctx.cfg.train.replay) else [k]
@@ -25,15 +27,20 @@ def training_data(ctx: Context, k: int, kind: str, target: str, keep: dict[str, 
     parts = [load_dataset_dir(ctx.store.dataset_dir(i, kind)) for i in iters]
     if not pools_traces(ctx, k):
         parts = [p.select([i for i, t in enumerate(p["target"]) if t == target]) for p in parts]
-    if keep is not None:
+    if weight is not None:
         rng = random.Random(ctx.cfg.run.seed + 7919 * k)
-        cats = [p["category"] if "category" in p.column_names else [None] * len(p) for p in parts]
-        parts = [p.select([i for i, c in enumerate(cs) if rng.random() < keep.get(str(c or ""), 1.0)])
-                 for p, cs in zip(parts, cats)]
+        parts = [weighted(p, weight, rng) for p in parts]
     if kind == "sft" and len(parts) > 1:
         parts = rules_first(parts)
     parts = [shape_for(p, ctx.roster.is_chat(target), ctx.roster.config(target).system_prompt) for p in parts if len(p)]
     return concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
+
+
+def weighted(data, weight: dict[str, float], rng: random.Random):
+    """``data``'s rows, each as many times as ``copies`` draws for its category's weight (a row
+    without a category: the weight of ""), in their order."""
+    cats = data["category"] if "category" in data.column_names else [None] * len(data)
+    return data.select([i for i, c in enumerate(cats) for _ in range(copies(weight.get(str(c or ""), 1.0), rng))])
 
 
 def rules_first(parts: list) -> list:

@@ -1,0 +1,20 @@
+"""benchmarks/rl.py: every arm it offers is a config the flywheel accepts, from the embedded
+default and from a recipe, and differs from sft only as it says."""
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.rl import GAP_MIX, arms
+from flywheel.config.loading import load_config
+
+
+@pytest.mark.parametrize("recipe", [None, Path("flows/recipes/smollm2_rl.yaml")])
+def test_every_arm_loads(recipe):
+    every = arms(4 if recipe is None else load_config(recipe, []).run.iterations, recipe=recipe is not None)
+    configs = {arm: load_config(recipe, overrides) for arm, overrides in every.items()}
+    assert configs["sft"].train.methods(configs["sft"].run.iterations) == {"sft"}
+    assert configs["sft-gap"].train.gap_mix == configs["rl-gap"].train.gap_mix == GAP_MIX
+    assert configs["sft"].train.gap_mix == configs["rl"].train.gap_mix == 0
+    assert configs["rl-gap"].train.schedule == configs["rl"].train.schedule
+    assert configs["sft-gap"].train.schedule == configs["sft"].train.schedule

@@ -1,0 +1,79 @@
+"""train.gap_mix: SFT rows trained on more often where the target is furthest below its best
+opponent on the validation split (flywheel/learning/mix.py, flywheel/stages/train_data.py)."""
+
+import json
+import math
+import random
+
+import pytest
+from datasets import Dataset
+
+from flywheel.learning.mix import combine, copies, gap_weights
+from flywheel.stages.train_data import weighted
+
+
+def test_a_row_is_weighted_by_its_categorys_gap_to_the_best_opponent():
+    target = {"add": 0.2, "sub": 0.3, "rev": 0.9, "count": 0.4}
+    opponents = [{"add": 0.55, "sub": 0.5, "rev": 0.6}, {"add": 0.3, "sub": 0.75, "rev": 0.8}]
+    # add: 1 + 2 x 0.35; sub: the better opponent there (0.75), not the better one overall; rev leads: 1;
+    # count: no opponent scored there
+    assert gap_weights(target, opponents, 2.0) == {"add": 1.7, "sub": 1.9, "rev": 1.0}
+    assert gap_weights(target, opponents, 0.0) == {"add": 1.0, "sub": 1.0, "rev": 1.0}
+    assert gap_weights(target, [], 2.0) == {}
+
+
+def test_a_rows_copies_average_its_weight_with_one_draw_per_row():
+    rng = random.Random(0)
+    got = [copies(2.25, rng) for _ in range(20_000)]
+    assert set(got) == {2, 3} and sum(got) / len(got) == pytest.approx(2.25, abs=0.02)
+    # a weight under 1 keeps the row with that chance; whatever the weight, one draw: the next row's
+    # copies do not depend on this one's weight
+    a, b = random.Random(5), random.Random(5)
+    copies(0.3, a), copies(3.0, b)
+    assert a.random() == b.random()
+    assert [copies(1.0, rng) for _ in range(100)] == [1] * 100
+
+
+def test_weights_combine_by_category():
+    assert combine(None, None) is None
+    assert combine({"sub": 0.5, "rev": 0.0}, None) == {"sub": 0.5, "rev": 0.0}
+    assert combine({"sub": 0.5, "rev": 0.0}, {"sub": 1.8, "add": 1.5}) == {"add": 1.5, "rev": 0.0, "sub": 0.9}
+
+
+def test_weighted_rows_repeat_by_category_in_their_order():
+    data = Dataset.from_list([{"prompt": f"p{i}", "category": c} for i, c in enumerate(["sub", "rev", None, "sub"])])
+    rows = weighted(data, {"sub": 2.0, "": 0.0}, random.Random(0))["prompt"]
+    assert rows == ["p0", "p0", "p1", "p3", "p3"]  # rev: not weighed, once; no category: the weight of ""
+    assert weighted(data, {}, random.Random(0))["prompt"] == ["p0", "p1", "p2", "p3"]
+
+
+def test_a_run_with_the_gap_mix_trains_more_on_the_categories_its_target_trails(tiny_models_dir, tmp_path):
+    """A tiny run with train.gap_mix 2: the train stage records each category's weight, which is 1 +
+    2 x the best opponent's validation accuracy there minus student@0's (at least 1), and trains on
+    the curated rows repeated by it."""
+    from flywheel.config.tree import FlywheelConfig
+    from flywheel.learning.curation import load_dataset_dir
+    from flywheel.run.context import close_run, open_run
+    from flywheel.stages.evaluate import validation_accuracy
+    from flywheel.stages.iteration import run_to
+    from tests.conftest import tiny_tree
+
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name="gap", run__iterations=1,
+                                                  train__gap_mix=2.0))
+    ctx = open_run(cfg)
+    try:
+        run_to(ctx, 1)
+        own = ctx.version_eval("student@0").validation.accuracy_by_category
+        best = {c: max(validation_accuracy(ctx, o, 1)[1][c] for o in ctx.roster.opponents) for c in own}
+    finally:
+        close_run(ctx)
+    run = tmp_path / "gap"
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    mix = trained["mix"]
+    assert mix == {c: pytest.approx(1 + 2 * max(0.0, best[c] - own[c]), abs=1e-4) for c in own}
+    assert max(mix.values()) > 1.5  # the tiny student trails calc in arithmetic
+    curated = load_dataset_dir(run / "iter-0001" / "sft")
+    # each row floor(w) or ceil(w) times, drawn from the run's seed and the iteration (what a resumed run draws)
+    assert trained["examples"] == len(weighted(curated, mix, random.Random(cfg.run.seed + 7919)))
+    assert sum(math.floor(mix[c]) for c in curated["category"]) <= trained["examples"]
+    assert trained["examples"] <= sum(math.ceil(mix[c]) for c in curated["category"])
