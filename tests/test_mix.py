@@ -77,3 +77,45 @@ def test_a_run_with_the_gap_mix_trains_more_on_the_categories_its_target_trails(
     assert trained["examples"] == len(weighted(curated, mix, random.Random(cfg.run.seed + 7919)))
     assert sum(math.floor(mix[c]) for c in curated["category"]) <= trained["examples"]
     assert trained["examples"] <= sum(math.ceil(mix[c]) for c in curated["category"])
+
+
+def test_weights_under_one_keep_the_rows_the_keep_chances_always_kept():
+    """train.rl.thin_known's chances, now weights under 1, keep exactly the rows its old rule kept
+    (a row kept where one draw falls under its category's chance), so its runs are unchanged."""
+    cats = ["sub", "rev", None, "add", "rev", "sort"] * 50
+    data = Dataset.from_list([{"prompt": f"p{i}", "category": c} for i, c in enumerate(cats)])
+    keep = {"sub": 0.37, "rev": 0.81, "": 0.5, "sort": 1.0}
+    old = random.Random(11)
+    kept = [f"p{i}" for i, c in enumerate(cats) if old.random() < keep.get(str(c or ""), 1.0)]
+    assert weighted(data, keep, random.Random(11))["prompt"] == kept
+    assert 0 < len(kept) < len(cats)
+
+
+def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_dir, tmp_path):
+    """The weights are kept in the train state before the phase trains: a run killed while training
+    resumes with them (here, weights no validation figure would give), not with weights computed
+    again from opponents' answers that may have changed since (a failed call asked again)."""
+    from flywheel.config.tree import FlywheelConfig
+    from flywheel.ground.atomic import atomic_write_json
+    from flywheel.learning.curation import load_dataset_dir
+    from flywheel.run.context import close_run, open_run
+    from flywheel.stages.iteration import run_baseline, run_to
+    from tests.conftest import tiny_tree
+
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name="kept", run__iterations=1,
+                                                  train__gap_mix=2.0))
+    kept = {c: 3.0 for c in ("add", "sub", "mul", "rev", "sort", "count")}
+    ctx = open_run(cfg)
+    try:
+        run_baseline(ctx)
+        state = ctx.store.train_state_dir(1, "student")
+        state.mkdir(parents=True)
+        atomic_write_json(state / "mix.json", kept)
+        run_to(ctx, 1)
+    finally:
+        close_run(ctx)
+    run = tmp_path / "kept"
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    curated = load_dataset_dir(run / "iter-0001" / "sft")
+    assert trained["mix"] == kept and not state.exists()  # removed once the version is saved
+    assert len(curated) and trained["examples"] == 3 * len(curated)

@@ -143,9 +143,10 @@ class TrainConfig(Strict):
                                 "model from memorizing its teachers' answers.")
     replay: bool = Field(True, description="Also train on earlier iterations' SFT data.")
     gap_mix: float = Field(0.0, ge=0, description="Weights the SFT rows (curated, and expert iteration's own passed "
-                           "answers) by category: a row is trained on 1 + gap_mix x g times on average, g the "
-                           "best opponent's validation accuracy there minus that of the version trained from "
-                           "(at least 0), within the same steps. 0: every row once. Task worlds only.")
+                           "answers) by category: a row appears 1 + gap_mix x g times in the data on average, g "
+                           "the best opponent's validation accuracy there minus that of the version trained from "
+                           "(at least 0); train.steps stay the same, so the categories the target trails get a "
+                           "larger share of them. 0: every row once. Task worlds only.")
     checkpoint_steps: int = Field(200, ge=0, description="Save the Trainer's whole state (weights, optimizer, "
                                   "scheduler, RNG) in the run directory every this many steps (and at a phase's end; "
                                   "the latest kept), so that a run killed while training resumes from there, with the "

@@ -1,6 +1,7 @@
-"""How often each curated row is trained on: by default once; with ``train.gap_mix``, more often
-in the categories where the target is furthest below its best opponent on the validation split,
-so that an iteration's fixed steps go where the target has most to learn from its teachers.
+"""How many times each SFT row appears in an iteration's data: by default once; with
+``train.gap_mix``, more often in the categories where the target is furthest below its best
+opponent on the validation split, so that more of the iteration's fixed steps go where the target
+has most to learn from its teachers.
 
 Plain data: the accuracies come from the evaluate stage's validation figures
 (``flywheel.stages.train.mix_weights``), the rows from the datasets on disk."""
@@ -15,7 +16,7 @@ from collections.abc import Iterable, Mapping
 def gap_weights(target: Mapping[str, float], opponents: Iterable[Mapping[str, float]],
                 strength: float) -> dict[str, float]:
     """Per category of the target's validation figures, the mean number of times one of its rows
-    is trained on: 1 + ``strength`` x (the best opponent's validation accuracy there - the
+    appears in the data: 1 + ``strength`` x (the best opponent's validation accuracy there - the
     target's), at least 1 (a category where the target leads keeps every row once). A category
     that no opponent was scored on keeps weight 1."""
     best: dict[str, float] = {}
@@ -26,7 +27,7 @@ def gap_weights(target: Mapping[str, float], opponents: Iterable[Mapping[str, fl
 
 
 def copies(weight: float, rng: random.Random) -> int:
-    """How many times one row is trained on, for a mean of ``weight``: its whole part, and one more
+    """How many times one row appears, for a mean of ``weight``: its whole part, and one more
     with the chance of its fraction. One draw per row, whatever the weight, so that a row's copies
     do not depend on the weights of the rows before it (a weight under 1 keeps the row with that
     chance, ``train.rl.thin_known``)."""

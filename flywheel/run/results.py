@@ -133,7 +133,7 @@ class TargetTraining(StageRecord):
     rewards: dict | None = None  # GRPO: answers scored and failed, mean reward, share of flat groups
     reward_model: dict | None = None  # method reward: its folder, steps, pairs, pair accuracy on validation
     sampling: dict | None = None  # own answers sampled before training: answers, flat groups, pass@k by category
-    mix: dict | None = optional()  # train.gap_mix: per category, how many times a row was trained on, on average
+    mix: dict | None = optional()  # train.gap_mix: per category, how many times a row appeared in the data, on average
     # the Trainer's logs: per logged step its phase, step (over the phases) and figures (loss, grad_norm, ...)
     log: list[dict] | None = optional()
 

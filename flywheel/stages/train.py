@@ -13,7 +13,7 @@ import shutil
 from dataclasses import replace
 
 from flywheel.config.tree import ONLINE_METHODS, RL_METHODS
-from flywheel.ground.atomic import atomic_write_text
+from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cards import hub_card
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.curation import load_dataset_dir
@@ -99,20 +99,29 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
 
 
 def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
-    """``train.gap_mix``: per category, how many times one of target ``t``'s SFT rows is trained on
-    in iteration ``k``, on average (``flywheel.learning.mix.gap_weights``), from the validation
+    """``train.gap_mix``: per category, how many times each of target ``t``'s SFT rows appears in
+    iteration ``k``'s data, on average (``flywheel.learning.mix.gap_weights``), from the validation
     accuracies of the version trained from (its evaluation) and of each opponent (answered once a
-    run, through the generation cache); None with ``gap_mix`` 0."""
-    strength = ctx.cfg.train.gap_mix
-    if not strength:
+    run, through the generation cache). Kept in the train state, so that a killed phase resumes,
+    and every ``accelerate`` rank trains, on the same rows, even where an opponent's call failed
+    and is asked again. None with ``gap_mix`` 0, and in an iteration without SFT rows."""
+    tc = ctx.cfg.train
+    method = tc.method_of(k)
+    if not tc.gap_mix or not (method in ("sft", "expert") or method.startswith("sft+")):
         return None
+    kept = ctx.store.train_state_dir(k, t) / "mix.json"
+    if (stored := read_json(kept)) is not None:
+        return stored
     version = ctx.current_version(t, k)
     own = ctx.version_eval(version)
     if own is None or own.validation is None:
         raise RuntimeError(f"train.gap_mix: {version} has no validation figures (its iteration's evaluate stage)")
     opponents = [validation_accuracy(ctx, o, k)[1] for o in ctx.roster.opponents]
-    weights = gap_weights(own.validation.accuracy_by_category, opponents, strength)
-    log.info("rows of %s trained on, on average, per category (train.gap_mix %g): %s", t, strength, weights)
+    weights = gap_weights(own.validation.accuracy_by_category, opponents, tc.gap_mix)
+    log.info("rows of %s in the data, on average, per category (train.gap_mix %g): %s", t, tc.gap_mix, weights)
+    if is_main_process():
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(kept, weights)
     return weights
 
 
@@ -359,7 +368,8 @@ def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
 
-    mix_weights(ctx, k, t)  # the opponents' validation answers made once here; every rank reads them cached
+    if mix_weights(ctx, k, t) is not None:  # weighed once here; every rank reads them from the train state
+        ctx.roster.pool.release()  # an opponent that answered leaves the devices to the training processes
     method = ctx.cfg.train.method_of(k)
     if samples_first(ctx.cfg.train, method):  # sampled once here; every rank reads the same groups
         own_groups(ctx, k, t, rl_phase(ctx, k, t), answer_steps(method, steps), ctx.cfg.train)

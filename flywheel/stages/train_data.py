@@ -17,7 +17,7 @@ def training_data(ctx: Context, k: int, kind: str, target: str, weight: dict[str
     """The ``sft`` or ``dpo`` rows target ``target`` trains on in iteration ``k`` (with
     ``train.replay``, earlier iterations' SFT rows too; ``cooperative``, and ``mixed`` while the
     last allocation pools: every target's). ``weight``: per category ("" for none), how many times
-    a row is trained on, on average (``flywheel.learning.mix``: over 1 repeats rows, ``train.gap_mix``;
+    a row appears, on average (``flywheel.learning.mix``: over 1 repeats rows, ``train.gap_mix``;
     under 1 keeps a row with that chance, ``train.rl.thin_known``), drawn with the run's seed and
     ``k``, so that a resumed phase trains on the same rows; a category not in it keeps each row once."""
     from datasets import concatenate_datasets
