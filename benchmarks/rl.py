@@ -17,7 +17,8 @@ mean and 95% CI over the runs; the gain of each arm over ``sft`` run by run (sam
 mean and 95% CI; per category, the share of the best opponent's accuracy; the commonest answer's
 accuracy per category (a category where no model beats it is not learnable in the world), and on
 how many runs the arm reaches 0.90 of the best opponent in every learnable category. The last line
-is ``ratio:`` the ``rl`` arm's mean accuracy over the ``sft`` arm's at the largest budget.
+is ``ratio:`` the ``rl`` arm's mean accuracy over the ``sft`` arm's at the largest budget (without
+an ``rl`` arm, the last arm named; with no ``sft`` arm, no ratio).
 
     python -m benchmarks.rl --registered rl --arms sft,rl          # the held-out worlds registered for it
     python -m benchmarks.rl --seeds 0 1 --arms sft,rl,grpo,rloo,odpo,expert    # the tuning world
@@ -64,6 +65,15 @@ GRPO = ["train.rl.reward=verifier", "train.rl.generations=8", "train.rl.temperat
 
 
 GAP_MIX = 4.0  # the gap-weighted arms' train.gap_mix (chosen on the tuning worlds: docs/rl.md)
+
+
+def ratio_arm(named: list[str]) -> str | None:
+    """The arm whose mean accuracy the ``ratio:`` line sets over ``sft``'s: ``rl`` where it runs,
+    else the last arm named other than ``sft``; None without ``sft`` or another arm."""
+    others = [a for a in named if a != "sft"]
+    if "sft" not in named or not others:
+        return None
+    return "rl" if "rl" in others else others[-1]
 
 
 def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
@@ -274,8 +284,9 @@ def main() -> None:
             got = learnable_shares[arm]
             print(f"{arm}: at least 0.90 of the best opponent in every learnable category (the best opponent "
                   f"{LEARNABLE_MARGIN} above the commonest answer) on {sum(x >= 0.9 for x in got)} of {len(got)} runs")
-        if "rl" in acc and "sft" in acc:
-            last_ratio = statistics.fmean(acc["rl"]) / statistics.fmean(acc["sft"])
+        compared = ratio_arm(list(chosen))
+        if compared is not None:
+            last_ratio = statistics.fmean(acc[compared]) / statistics.fmean(acc["sft"])
     if last_ratio is not None:
         print(f"ratio: {last_ratio:.2f}")
 

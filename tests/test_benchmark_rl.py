@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.rl import GAP_MIX, arms
+from benchmarks.rl import GAP_MIX, arms, ratio_arm
 from flywheel.config.loading import load_config
 
 
@@ -18,3 +18,9 @@ def test_every_arm_loads(recipe):
     assert configs["sft"].train.gap_mix == configs["rl"].train.gap_mix == 0
     assert configs["rl-gap"].train.schedule == configs["rl"].train.schedule
     assert configs["sft-gap"].train.schedule == configs["sft"].train.schedule
+
+
+def test_the_ratio_compares_the_rl_arm_else_the_last_arm_named_with_sft():
+    assert ratio_arm(["sft", "rl"]) == ratio_arm(["rl", "sft", "grpo"]) == "rl"
+    assert ratio_arm(["sft", "sft-gap", "rl-gap"]) == "rl-gap"
+    assert ratio_arm(["grpo", "grpo-shuffled"]) is None and ratio_arm(["sft"]) is None
