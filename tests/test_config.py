@@ -42,14 +42,6 @@ def test_bad_config_names_the_field(overrides, field):
     assert field in str(e.value)
 
 
-def test_a_games_world_refuses_the_gap_mix():
-    """train.gap_mix weighs rows by the validation accuracy of their category; a games world has neither."""
-    with pytest.raises(ConfigError) as e:
-        load_config(Path("flows/recipes/tictactoe.yaml"), ["train.gap_mix=2"])
-    assert "train.gap_mix" in str(e.value)
-    assert load_config(Path("flows/recipes/tictactoe.yaml"), []).train.gap_mix == 0
-
-
 def test_bad_yaml_names_the_line(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("run:\n  iterations: 2\n  seed: [1, 2\n")
@@ -153,6 +145,8 @@ def _bad_inputs(tmp_path):
         (["--set", "train.method=grpo", "--set", "train.rl.reward=no_such_module:score"],
          "error: train.rl.reward: kind 'no_such_module:score': cannot import 'no_such_module': No module named "
          "'no_such_module'"),
+        (["flows/recipes/tictactoe.yaml", "--set", "train.gap_mix=2"], "error: invalid config: train.gap_mix weights "
+         "rows by their category's validation accuracy; a games world validates on games, not categories"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.reward=os.path:exists"],
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "

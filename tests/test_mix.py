@@ -91,10 +91,12 @@ def test_weights_under_one_keep_the_rows_the_keep_chances_always_kept():
     assert 0 < len(kept) < len(cats)
 
 
-def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_dir, tmp_path):
+@pytest.mark.parametrize("method", ["sft", "sft+expert"])
+def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_dir, tmp_path, method):
     """The weights are kept in the train state before the phase trains: a run killed while training
     resumes with them (here, weights no validation figure would give), not with weights computed
-    again from opponents' answers that may have changed since (a failed call asked again)."""
+    again from opponents' answers that may have changed since (a failed call asked again). With
+    expert iteration, the target's own passed answers are repeated by them too."""
     from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.atomic import atomic_write_json
     from flywheel.learning.curation import load_dataset_dir
@@ -102,8 +104,9 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
     from flywheel.stages.iteration import run_baseline, run_to
     from tests.conftest import tiny_tree
 
+    rl = {"generations": 4, "reward": "tests.test_onpolicy:odd_crc"}
     cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name="kept", run__iterations=1,
-                                                  train__gap_mix=2.0))
+                                                  train__gap_mix=2.0, train__method=method, train__rl=rl))
     kept = {c: 3.0 for c in ("add", "sub", "mul", "rev", "sort", "count")}
     ctx = open_run(cfg)
     try:
@@ -118,4 +121,12 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     curated = load_dataset_dir(run / "iter-0001" / "sft")
     assert trained["mix"] == kept and not state.exists()  # removed once the version is saved
-    assert len(curated) and trained["examples"] == 3 * len(curated)
+    own = 0
+    if method == "sft+expert":  # each distinct passed answer of a group whose answers differ
+        groups: dict[str, list[dict]] = {}
+        for r in load_dataset_dir(run / "iter-0001" / "rollouts").to_list():
+            groups.setdefault(r["prompt_id"], []).append(r)
+        own = sum(len({r["completion"] for r in g if r["reward"] == 1.0}) for g in groups.values()
+                  if len({r["reward"] for r in g}) > 1)
+        assert own
+    assert len(curated) and trained["examples"] == 3 * (len(curated) + own)

@@ -18,7 +18,7 @@ from flywheel.ground.cards import hub_card
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.judge_rewards import build_reward
-from flywheel.learning.mix import combine, copies, gap_weights
+from flywheel.learning.mix import combine, gap_weights
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, keep_chances, preference_rows
 from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
@@ -36,7 +36,7 @@ from flywheel.run.context import Context, stage
 from flywheel.run.results import TargetTraining, TrainResult
 from flywheel.stages.evaluate import validation_accuracy
 from flywheel.stages.rl_prompts import rl_prompts
-from flywheel.stages.train_data import pools_traces, shape_for, training_data
+from flywheel.stages.train_data import pools_traces, shape_for, training_data, weighted
 from judges.reward_scorer import RewardScorer
 
 log = logging.getLogger("flywheel")
@@ -212,10 +212,10 @@ def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: R
             None, method
     if method in ("expert", "sft+expert"):
         rows = expert_rows(groups, at)
-        if rows and mix is not None:
-            rng = random.Random(ctx.cfg.run.seed + 7919 * k + 1)
-            rows = [r for r in rows for _ in range(copies(mix.get(str(r["category"] or ""), 1.0), rng))]
-        own = shape_for(Dataset.from_list(rows), chat, system) if rows else None
+        own = Dataset.from_list(rows) if rows else None
+        if own is not None and mix is not None:
+            own = weighted(own, mix, random.Random(ctx.cfg.run.seed + 7919 * k + 1))
+        own = shape_for(own, chat, system) if own is not None and len(own) else None
         parts = [p for p in ([sft] if method == "sft+expert" else []) + [own] if p is not None and len(p)]
         mixed = concatenate_datasets(parts).shuffle(seed=ctx.cfg.run.seed + k) if parts else None
         return None, mixed, None, "sft"
