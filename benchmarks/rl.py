@@ -90,8 +90,7 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     their GRPO one (the target carried forward there); ``rm`` then learns from the model's rewards,
     ``rm-control`` from the verifier's. ``sft-gap`` and ``rl-gap`` are ``sft`` and ``rl`` with
     their SFT rows weighted by each category's gap to the best opponent on validation
-    (``train.gap_mix`` at ``GAP_MIX``); ``rl-gap-avg`` is ``rl-gap`` with the gaps averaged over
-    every version trained from so far (``train.gap_mix_average``).
+    (``train.gap_mix`` at ``GAP_MIX``).
 
     With ``recipe`` (``--recipe``: every arm starts from a recipe of ``iterations`` iterations
     instead of the embedded default), ``rl`` is that recipe as written and ``sft`` imitates in
@@ -103,8 +102,6 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
             "rl-thinned": [*([] if recipe else recipe_overrides()), "train.rl.thin_known=true"],
             "sft-gap": [*([last("sft")] if recipe else []), f"train.gap_mix={GAP_MIX}"],
             "rl-gap": [*([] if recipe else recipe_overrides()), f"train.gap_mix={GAP_MIX}"],
-            "rl-gap-avg": [*([] if recipe else recipe_overrides()), f"train.gap_mix={GAP_MIX}",
-                           "train.gap_mix_average=true"],
             "grpo": [*GRPO, last("grpo")],
             "grpo-plain": [*GRPO, last("grpo"), "train.rl.dynamic_sampling=false"],
             "grpo-shuffled": [*GRPO, last("grpo"), "train.rl.pick_online=false"],

@@ -18,9 +18,6 @@ def test_every_arm_loads(recipe):
     assert configs["sft"].train.gap_mix == configs["rl"].train.gap_mix == 0
     assert configs["rl-gap"].train.schedule == configs["rl"].train.schedule
     assert configs["sft-gap"].train.schedule == configs["sft"].train.schedule
-    averaged = configs["rl-gap-avg"].train
-    assert averaged.gap_mix_average and not configs["rl-gap"].train.gap_mix_average
-    assert averaged.model_copy(update={"gap_mix_average": False}) == configs["rl-gap"].train
 
 
 def test_the_ratio_compares_the_rl_arm_else_the_last_arm_named_with_sft():

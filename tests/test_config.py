@@ -147,8 +147,6 @@ def _bad_inputs(tmp_path):
          "'no_such_module'"),
         (["flows/recipes/tictactoe.yaml", "--set", "train.gap_mix=2"], "error: invalid config: train.gap_mix weights "
          "rows by their category's validation accuracy; a games world validates on games, not categories"),
-        (["--set", "train.gap_mix_average=true"], "error: invalid config: train: train.gap_mix_average averages train.gap_mix's "
-         "gaps; set train.gap_mix above 0"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.reward=os.path:exists"],
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "

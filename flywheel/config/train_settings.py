@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from flywheel.config.parts import Strict
 
@@ -147,10 +147,6 @@ class TrainConfig(Strict):
                            "the best opponent's validation accuracy there minus that of the version trained from "
                            "(at least 0); train.steps stay the same, so the categories the target trails get a "
                            "larger share of them. 0: every row once. Task worlds only.")
-    gap_mix_average: bool = Field(False, description="train.gap_mix's g is the mean of the gaps of every version "
-                                  "trained from so far (this iteration's and the earlier ones'), not the latest "
-                                  "version's alone: a category whose gap closed keeps part of its share, and one "
-                                  "validation reading moves the weights less.")
     checkpoint_steps: int = Field(200, ge=0, description="Save the Trainer's whole state (weights, optimizer, "
                                   "scheduler, RNG) in the run directory every this many steps (and at a phase's end; "
                                   "the latest kept), so that a run killed while training resumes from there, with the "
@@ -183,12 +179,6 @@ class TrainConfig(Strict):
     def _trl_fields(cls, v: dict[str, Any], info) -> dict[str, Any]:
         names = {"sft_args": "SFTConfig", "dpo_args": "DPOConfig", "reward_args": "RewardConfig"}
         return _trl_fields_of(names[info.field_name], v)
-
-    @model_validator(mode="after")
-    def _average_needs_a_mix(self) -> TrainConfig:
-        if self.gap_mix_average and not self.gap_mix:
-            raise ValueError("train.gap_mix_average averages train.gap_mix's gaps; set train.gap_mix above 0")
-        return self
 
     def method_of(self, k: int) -> str:
         """The method iteration ``k`` (from 1) trains with."""

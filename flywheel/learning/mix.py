@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 
-def gap_weights(targets: Sequence[Mapping[str, float]], opponents: Iterable[Mapping[str, float]],
+def gap_weights(target: Mapping[str, float], opponents: Iterable[Mapping[str, float]],
                 strength: float) -> dict[str, float]:
     """Per category of the target's validation figures, the mean number of times one of its rows
-    appears in the data: 1 + ``strength`` x g, g the best opponent's validation accuracy there
-    minus the target's, at least 0 (a category where the target leads keeps every row once).
-    ``targets`` holds the figures of one version or of several (the versions trained from so far,
-    ``train.gap_mix_average``): g is then the mean of their gaps. A category that no opponent was
-    scored on keeps weight 1."""
+    appears in the data: 1 + ``strength`` x (the best opponent's validation accuracy there - the
+    target's), at least 1 (a category where the target leads keeps every row once). A category
+    that no opponent was scored on keeps weight 1."""
     best: dict[str, float] = {}
     for accuracies in opponents:
         for c, a in accuracies.items():
             best[c] = max(best.get(c, 0.0), a)
-    cats = sorted({c for t in targets for c in t if c in best})
-    gaps = {c: [max(0.0, best[c] - t[c]) for t in targets if c in t] for c in cats}
-    return {c: round(1.0 + strength * sum(g) / len(g), 4) for c, g in gaps.items()}
+    return {c: round(1.0 + strength * max(0.0, best[c] - a), 4) for c, a in sorted(target.items()) if c in best}
 
 
 def copies(weight: float, rng: random.Random) -> int:

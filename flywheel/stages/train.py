@@ -101,9 +101,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
 def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     """``train.gap_mix``: per category, how many times each of target ``t``'s SFT rows appears in
     iteration ``k``'s data, on average (``flywheel.learning.mix.gap_weights``), from the validation
-    accuracies of the version trained from (its evaluation; with ``train.gap_mix_average``, of every
-    version trained from so far) and of each opponent (answered once a run, through the generation
-    cache). Kept in the train state, so that a killed phase resumes,
+    accuracies of the version trained from (its evaluation) and of each opponent (answered once a
+    run, through the generation cache). Kept in the train state, so that a killed phase resumes,
     and every ``accelerate`` rank trains, on the same rows, even where an opponent's call failed
     and is asked again. None with ``gap_mix`` 0, and in an iteration without SFT rows."""
     tc = ctx.cfg.train
@@ -113,15 +112,12 @@ def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     kept = ctx.store.train_state_dir(k, t) / "mix.json"
     if (stored := read_json(kept)) is not None:
         return stored
-    versions = [ctx.current_version(t, j) for j in (range(1, k + 1) if tc.gap_mix_average else [k])]
-    own = []
-    for version in dict.fromkeys(versions):  # a version held back is trained from again: counted once
-        ev = ctx.version_eval(version)
-        if ev is None or ev.validation is None:
-            raise RuntimeError(f"train.gap_mix: {version} has no validation figures (its iteration's evaluate stage)")
-        own.append(ev.validation.accuracy_by_category)
+    version = ctx.current_version(t, k)
+    own = ctx.version_eval(version)
+    if own is None or own.validation is None:
+        raise RuntimeError(f"train.gap_mix: {version} has no validation figures (its iteration's evaluate stage)")
     opponents = [validation_accuracy(ctx, o, k)[1] for o in ctx.roster.opponents]
-    weights = gap_weights(own, opponents, tc.gap_mix)
+    weights = gap_weights(own.validation.accuracy_by_category, opponents, tc.gap_mix)
     log.info("rows of %s in the data, on average, per category (train.gap_mix %g): %s", t, tc.gap_mix, weights)
     if is_main_process():
         kept.parent.mkdir(parents=True, exist_ok=True)
