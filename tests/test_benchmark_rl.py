@@ -9,7 +9,7 @@ from benchmarks.rl import GAP_MIX, arms, ratio_arm
 from flywheel.config.loading import load_config
 
 
-@pytest.mark.parametrize("recipe", [None, Path("flows/recipes/smollm2_rl.yaml")])
+@pytest.mark.parametrize("recipe", [None, Path("flows/recipes/smollm2_rl.yaml"), Path("flows/recipes/few_battles.yaml")])
 def test_every_arm_loads(recipe):
     every = arms(4 if recipe is None else load_config(recipe, []).run.iterations, recipe=recipe is not None)
     configs = {arm: load_config(recipe, overrides) for arm, overrides in every.items()}

@@ -83,6 +83,12 @@ def test_the_shipped_recipes_load():
     smol = load_config(ROOT / "flows/recipes/smollm2_rl.yaml")
     assert smol.train.schedule == ["sft", "sft+expert"] and smol.train.rl.reward == "verifier" and smol.train.lora
     assert smol.train.rl.prompts == "train"
+    few = load_config(ROOT / "flows/recipes/few_battles.yaml")
+    assert few.select.battles_per_iteration == 400 and few.train.schedule == ["sft+expert"]
+    assert few.train.rl.prompts == "train" and few.train.rl.reward == "verifier"
+    default = FlywheelConfig()
+    assert few.model_copy(update={"train": default.train, "select": default.select}) == default  # only these differ
+    assert few.select.model_copy(update={"battles_per_iteration": 4000}) == default.select
     big = load_config(ROOT / "flows/recipes/vllm_api_rl.yaml")
     assert big.train.rl.reward == "judge" and big.train.rl.use_vllm and big.judge.kind == "llm"
 
