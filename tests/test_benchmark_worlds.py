@@ -36,7 +36,8 @@ def test_a_world_is_labelled_from_the_registry():
     assert World(1234, 0, root).label.endswith("(tuning: steered the embedded default's settings; "
                                                 "the RL methods and their settings; the online picker's "
                                                 "(train.rl.pick_online); the thinned curated rows "
-                                                "(train.rl.thin_known, off by default since its registration))")
+                                                "(train.rl.thin_known, off by default since its registration); "
+                                                "the few_battles recipe (8823731))")
     steered = World(7, 1, root)  # held out when first run, then it chose the bandit defaults
     assert not steered.held_out and "tuning: steered the bandit reward" in steered.label
     rl = World(411, 21, root)
