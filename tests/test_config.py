@@ -88,7 +88,7 @@ def test_the_shipped_recipes_load():
     assert few.train.rl.prompts == "train" and few.train.rl.reward == "verifier"
     default = FlywheelConfig()
     assert few.model_copy(update={"train": default.train, "select": default.select}) == default  # only these differ
-    assert few.select.model_copy(update={"battles_per_iteration": 4000}) == default.select
+    assert few.select.model_copy(update={"battles_per_iteration": default.select.battles_per_iteration}) == default.select
     big = load_config(ROOT / "flows/recipes/vllm_api_rl.yaml")
     assert big.train.rl.reward == "judge" and big.train.rl.use_vllm and big.judge.kind == "llm"
 

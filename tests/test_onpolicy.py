@@ -305,6 +305,41 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     assert changed(tiny_models_dir / "student", run / "models" / "student@1")
 
 
+def test_the_few_battles_recipe_samples_its_own_answers_to_train_prompts_no_battle_reached(tiny_models_dir, tmp_path):
+    """flows/recipes/few_battles.yaml's own settings over a tiny run of 8 battles: the first
+    iteration already learns from the target's own answers (its schedule), sampled to train prompts
+    beyond the battles' (train.rl.prompts train), never to an eval or validation prompt, and its
+    SFT phase trains on the curated rows and the passed answers of the groups that teach."""
+    from pathlib import Path
+
+    import yaml
+
+    from flywheel.config.tree import FlywheelConfig
+    from flywheel.ground.store import RunStore
+    from flywheel.learning.curation import load_dataset_dir
+    from flywheel.worlds.world import world_pools
+    from tests.conftest import tiny_tree
+
+    recipe = yaml.safe_load((Path(__file__).resolve().parent.parent / "flows/recipes/few_battles.yaml").read_text())
+    over = {"run__iterations": 1, "select__battles_per_iteration": 8, "train__schedule": recipe["train"]["schedule"],
+            "train__rl": {**recipe["train"]["rl"], "answers": 128}}
+    run = run_stages(tiny_models_dir, tmp_path, "few", **over)
+    battled = {j.battle.prompt_id for j in RunStore(run).judged(1, "train")}
+    own = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    sampled = {r["prompt_id"] for r in own}
+    assert len(battled) <= 8 and len(sampled) == 128 // recipe["train"]["rl"]["generations"]
+    assert sampled - battled  # train prompts no battle reached
+    splits = world_pools(FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, **over)).world)
+    assert sampled <= {p.id for p in splits.train} and not sampled & {p.id for p in splits.eval + splits.validation}
+    groups: dict[str, set[float]] = {}
+    for r in own:
+        groups.setdefault(r["prompt_id"], set()).add(r["reward"])
+    passed = {(r["prompt_id"], r["completion"]) for r in own if r["reward"] == 1.0 and len(groups[r["prompt_id"]]) > 1}
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    assert trained["examples"] == len(load_dataset_dir(run / "iter-0001" / "sft")) + len(passed)
+    assert changed(tiny_models_dir / "student", run / "models" / "student@1")
+
+
 def test_each_category_keeps_its_curated_rows_by_the_chance_its_own_pass_rate_gives():
     """min(1, 4 (1 - p)) per category: p = 7/8 keeps half the rows, p at most 3/4 all, p = 1 none;
     failed rewards are not answers; a category without one scored answer is absent (all kept)."""
