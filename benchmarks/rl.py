@@ -16,7 +16,8 @@ Per budget and arm: the final eval accuracy of the version in use (eval split, r
 mean and 95% CI over the runs; the gain of each arm over ``sft`` run by run (same world, same seed),
 mean and 95% CI; per category, the share of the best opponent's accuracy; the commonest answer's
 accuracy per category (a category where no model beats it is not learnable in the world), and on
-how many runs the arm reaches 0.90 of the best opponent in every learnable category. The last line
+how many runs the arm reaches 0.90 of the best opponent in every learnable category, on how many it
+forgets nothing (no category's eval accuracy more than 0.02 below the starting version's), and both. The last line
 is ``ratio:`` the ``rl`` arm's mean accuracy over the ``sft`` arm's at the largest budget (without
 an ``rl`` arm, the last arm named; with no ``sft`` arm, no ratio).
 
@@ -33,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.efficacy import by_category, figures, run_once
+from benchmarks.efficacy import GOALS, by_category, figures, run_once
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
@@ -212,6 +213,7 @@ def main() -> None:
         secs: dict[str, list[float]] = {a: [] for a in chosen}
         shares: dict[str, dict[str, list[float]]] = {a: {} for a in chosen}
         learnable_shares: dict[str, list[float]] = {a: [] for a in chosen}  # per run: the worst learnable category's
+        kept: dict[str, list[bool]] = {a: [] for a in chosen}  # per run: no category forgotten
         guessed: dict[str, list[float]] = {}
         gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}
         flat: dict[str, list[float]] = {a: [] for a in chosen}  # the last iteration's trainer's flat groups
@@ -239,13 +241,15 @@ def main() -> None:
                     learnable = [last / top for c, (last, _, top, _) in cats.items()
                                  if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN and max(top, last) > 0]
                     learnable_shares[arm].append(min(learnable) if learnable else float("nan"))
+                    kept[arm].append(f["forgot"] == "-")
                     rm = [t["reward_model"]["accuracy"] for e in summary["iterations"]
                           for t in e.get("training", {}).values() if t.get("reward_model")]
                     if arm == "rm" and rm and rm[-1] is not None:
                         rm_accuracy.append(rm[-1])
                     print(f"{w.label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (best opponent "
                           f"{f['best_opponent']:.3f}), worst category {f['worst_category_name']} "
-                          f"{f['worst_category']:.2f} of the best opponent's, {wall:.0f} s{own_answers(summary, target, b)}")
+                          f"{f['worst_category']:.2f} of the best opponent's, forgot {f['forgot']}, {wall:.0f} s"
+                          f"{own_answers(summary, target, b)}")
                 for arm in gains:
                     if "sft" in row:
                         gains[arm].append(row[arm] - row["sft"])
@@ -283,7 +287,9 @@ def main() -> None:
         for arm in chosen:
             got = learnable_shares[arm]
             print(f"{arm}: at least 0.90 of the best opponent in every learnable category (the best opponent "
-                  f"{LEARNABLE_MARGIN} above the commonest answer) on {sum(x >= 0.9 for x in got)} of {len(got)} runs")
+                  f"{LEARNABLE_MARGIN} above the commonest answer) on {sum(x >= 0.9 for x in got)} of {len(got)} runs; "
+                  f"forgets nothing (no category's eval accuracy more than {GOALS['forgetting'][1]} below iteration "
+                  f"0's) on {sum(kept[arm])}; both on {sum(x >= 0.9 and k for x, k in zip(got, kept[arm]))}")
         compared = ratio_arm(list(chosen))
         if compared is not None:
             last_ratio = statistics.fmean(acc[compared]) / statistics.fmean(acc["sft"])
