@@ -58,8 +58,13 @@ rows = st.one_of(battle_rows, prompt_rows, vote_rows, good_votes, st.dictionarie
                                                            max_size=6), values)
 
 
+# Every example's file lives under one folder that is removed when the test process ends (hypothesis
+# runs each test hundreds of times, so a folder each left behind fills /tmp run after run).
+_FILES = tempfile.TemporaryDirectory(prefix="flywheel-properties-")
+
+
 def _file(suffix: str, data: bytes) -> Path:
-    folder = Path(tempfile.mkdtemp())
+    folder = Path(tempfile.mkdtemp(dir=_FILES.name))
     path = folder / f"input{suffix}"
     path.write_bytes(data)
     return path
