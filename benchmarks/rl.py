@@ -66,6 +66,7 @@ GRPO = ["train.rl.reward=verifier", "train.rl.generations=8", "train.rl.temperat
 
 
 GAP_MIX = 4.0  # the gap-weighted arms' train.gap_mix (chosen on the tuning worlds: docs/rl.md)
+GAP_PICK = 4.0  # rl-pick's train.rl.gap_pick
 
 
 def ratio_arm(named: list[str]) -> str | None:
@@ -91,7 +92,8 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
     their GRPO one (the target carried forward there); ``rm`` then learns from the model's rewards,
     ``rm-control`` from the verifier's. ``sft-gap`` and ``rl-gap`` are ``sft`` and ``rl`` with
     their SFT rows weighted by each category's gap to the best opponent on validation
-    (``train.gap_mix`` at ``GAP_MIX``).
+    (``train.gap_mix`` at ``GAP_MIX``); ``rl-pick`` is ``rl`` with its own answers' prompts picked by
+    learnability times that gap (``train.rl.gap_pick`` at ``GAP_PICK``).
 
     With ``recipe`` (``--recipe``: every arm starts from a recipe of ``iterations`` iterations
     instead of the embedded default), ``rl`` is that recipe as written and ``sft`` imitates in
@@ -103,6 +105,7 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
             "rl-thinned": [*([] if recipe else recipe_overrides()), "train.rl.thin_known=true"],
             "sft-gap": [*([last("sft")] if recipe else []), f"train.gap_mix={GAP_MIX}"],
             "rl-gap": [*([] if recipe else recipe_overrides()), f"train.gap_mix={GAP_MIX}"],
+            "rl-pick": [*([] if recipe else recipe_overrides()), f"train.rl.gap_pick={GAP_PICK}"],
             "grpo": [*GRPO, last("grpo")],
             "grpo-plain": [*GRPO, last("grpo"), "train.rl.dynamic_sampling=false"],
             "grpo-shuffled": [*GRPO, last("grpo"), "train.rl.pick_online=false"],

@@ -163,6 +163,25 @@ def tiny_tree(models_dir: Path, runs_root: Path, **over) -> dict:
     return tree
 
 
+def gaps_run(models_dir: Path, runs_root: Path, name: str, **over) -> tuple[Path, dict[str, float], dict[str, float]]:
+    """A tiny run of one iteration (``over``: its config) with, per category, student@0's
+    validation accuracy and the best opponent's: the figures train.gap_mix and train.rl.gap_pick
+    weigh by. Returns (the run's folder, student@0's, the best opponent's)."""
+    from flywheel.run.context import close_run, open_run
+    from flywheel.stages.evaluate import validation_accuracy
+    from flywheel.stages.iteration import run_to
+
+    ctx = open_run(FlywheelConfig.model_validate(tiny_tree(models_dir, runs_root, run__name=name, run__iterations=1,
+                                                           **over)))
+    try:
+        run_to(ctx, 1)
+        own = ctx.version_eval("student@0").validation.accuracy_by_category
+        best = {c: max(validation_accuracy(ctx, o, 1)[1][c] for o in ctx.roster.opponents) for c in own}
+    finally:
+        close_run(ctx)
+    return runs_root / name, own, best
+
+
 @pytest.fixture
 def tiny_config(tiny_models_dir, tmp_path):
     """A factory: ``tiny_config(**overrides)`` -> (FlywheelConfig, path of its YAML)."""

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.rl import GAP_MIX, arms, ratio_arm
+from benchmarks.rl import GAP_MIX, GAP_PICK, arms, ratio_arm
 from flywheel.config.loading import load_config
 
 
@@ -16,7 +16,8 @@ def test_every_arm_loads(recipe):
     assert configs["sft"].train.methods(configs["sft"].run.iterations) == {"sft"}
     assert configs["sft-gap"].train.gap_mix == configs["rl-gap"].train.gap_mix == GAP_MIX
     assert configs["sft"].train.gap_mix == configs["rl"].train.gap_mix == 0
-    assert configs["rl-gap"].train.schedule == configs["rl"].train.schedule
+    assert configs["rl-gap"].train.schedule == configs["rl-pick"].train.schedule == configs["rl"].train.schedule
+    assert configs["rl-pick"].train.rl.gap_pick == GAP_PICK and configs["rl"].train.rl.gap_pick == 0
     assert configs["sft-gap"].train.schedule == configs["sft"].train.schedule
 
 

@@ -151,8 +151,11 @@ def _bad_inputs(tmp_path):
         (["--set", "train.method=grpo", "--set", "train.rl.reward=no_such_module:score"],
          "error: train.rl.reward: kind 'no_such_module:score': cannot import 'no_such_module': No module named "
          "'no_such_module'"),
-        (["flows/recipes/tictactoe.yaml", "--set", "train.gap_mix=2"], "error: invalid config: train.gap_mix weights "
-         "rows by their category's validation accuracy; a games world validates on games, not categories"),
+        (["flows/recipes/tictactoe.yaml", "--set", "train.gap_mix=2"], "error: invalid config: train.gap_mix weighs "
+         "by each category's validation accuracy; a games world validates on games, not categories"),
+        (["--set", "train.rl.gap_pick=2"], "error: invalid config: train.rl.gap_pick weighs the picking of the "
+         "target's own answers, and no iteration samples them (train.schedule: expert, onpolicy_dpo, or grpo and "
+         "rloo with train.rl.dynamic_sampling)"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.reward=os.path:exists"],
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "

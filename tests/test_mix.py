@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+import yaml
 from datasets import Dataset
 
 from flywheel.learning.mix import combine, copies, gap_weights
@@ -51,30 +52,18 @@ def test_a_run_with_the_gap_mix_trains_more_on_the_categories_its_target_trails(
     """A tiny run with train.gap_mix 2: the train stage records each category's weight, which is 1 +
     2 x the best opponent's validation accuracy there minus student@0's (at least 1), and trains on
     the curated rows repeated by it."""
-    from flywheel.config.tree import FlywheelConfig
     from flywheel.learning.curation import load_dataset_dir
-    from flywheel.run.context import close_run, open_run
-    from flywheel.stages.evaluate import validation_accuracy
-    from flywheel.stages.iteration import run_to
-    from tests.conftest import tiny_tree
+    from tests.conftest import gaps_run
 
-    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name="gap", run__iterations=1,
-                                                  train__gap_mix=2.0))
-    ctx = open_run(cfg)
-    try:
-        run_to(ctx, 1)
-        own = ctx.version_eval("student@0").validation.accuracy_by_category
-        best = {c: max(validation_accuracy(ctx, o, 1)[1][c] for o in ctx.roster.opponents) for c in own}
-    finally:
-        close_run(ctx)
-    run = tmp_path / "gap"
+    run, own, best = gaps_run(tiny_models_dir, tmp_path, "gap", train__gap_mix=2.0)
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     mix = trained["mix"]
     assert mix == {c: pytest.approx(1 + 2 * max(0.0, best[c] - own[c]), abs=1e-4) for c in own}
-    assert max(mix.values()) > 1.5  # the tiny student trails calc in arithmetic
+    assert max(mix.values()) > 1.5  # the tiny student trails an opponent somewhere
     curated = load_dataset_dir(run / "iter-0001" / "sft")
     # each row floor(w) or ceil(w) times, drawn from the run's seed and the iteration (what a resumed run draws)
-    assert trained["examples"] == len(weighted(curated, mix, random.Random(cfg.run.seed + 7919)))
+    seed = yaml.safe_load((run / "config.yaml").read_text())["run"]["seed"]
+    assert trained["examples"] == len(weighted(curated, mix, random.Random(seed + 7919)))
     assert sum(math.floor(mix[c]) for c in curated["category"]) <= trained["examples"]
     assert trained["examples"] <= sum(math.ceil(mix[c]) for c in curated["category"])
 
@@ -96,7 +85,8 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
     """The weights are kept in the train state before the phase trains: a run killed while training
     resumes with them (here, weights no validation figure would give), not with weights computed
     again from opponents' answers that may have changed since (a failed call asked again). With
-    expert iteration, the target's own passed answers are repeated by them too."""
+    expert iteration, the target's own passed answers are repeated by them too, and the picking of
+    them (train.rl.gap_pick) resumes with its kept weights as well."""
     from flywheel.config.tree import FlywheelConfig
     from flywheel.ground.atomic import atomic_write_json
     from flywheel.learning.curation import load_dataset_dir
@@ -104,7 +94,7 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
     from flywheel.stages.iteration import run_baseline, run_to
     from tests.conftest import tiny_tree
 
-    rl = {"generations": 4, "reward": "tests.test_onpolicy:odd_crc"}
+    rl = {"generations": 4, "reward": "tests.test_onpolicy:odd_crc", "gap_pick": 2.0 if method != "sft" else 0.0}
     cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name="kept", run__iterations=1,
                                                   train__gap_mix=2.0, train__method=method, train__rl=rl))
     kept = {c: 3.0 for c in ("add", "sub", "mul", "rev", "sort", "count")}
@@ -114,6 +104,7 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
         state = ctx.store.train_state_dir(1, "student")
         state.mkdir(parents=True)
         atomic_write_json(state / "mix.json", kept)
+        atomic_write_json(state / "pick.json", {"sub": 5.0})
         run_to(ctx, 1)
     finally:
         close_run(ctx)
@@ -128,5 +119,5 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
             groups.setdefault(r["prompt_id"], []).append(r)
         own = sum(len({r["completion"] for r in g if r["reward"] == 1.0}) for g in groups.values()
                   if len({r["reward"] for r in g}) > 1)
-        assert own
+        assert own and trained["sampling"]["pick_weights"] == {"sub": 5.0}
     assert len(curated) and trained["examples"] == 3 * (len(curated) + own)

@@ -61,6 +61,18 @@ def test_the_most_learnable_prompts_are_picked_first():
     assert got[-1] in ("solved", "hopeless")
 
 
+def test_a_categorys_weight_multiplies_its_prompts_learnability_when_picking():
+    """train.rl.gap_pick's weights: a prompt of a category weighed 3 beats one twice as learnable
+    weighed 1; a category without a weight keeps its learnability as it is."""
+    post = PromptPosterior()
+    post.update("often", "count/1", 4, 8)  # passed half the time: learnability ~0.23
+    post.update("rarely", "sub/1", 1, 8)  # ~0.1
+    rows = [{"prompt_id": p, "category": c, "level": 1} for p, c in (("often", "count"), ("rarely", "sub"))]
+    assert [r["prompt_id"] for r in pick(rows, post, 1, set(), random.Random(0))] == ["often"]
+    assert [r["prompt_id"] for r in pick(rows, post, 1, set(), random.Random(0), {"sub": 3.0})] == ["rarely"]
+    assert [r["prompt_id"] for r in pick(rows, post, 1, set(), random.Random(0), {"add": 9.0})] == ["often"]
+
+
 def test_the_online_picker_picks_prompts_whose_answers_differ_rests_them_and_reads_only_steps_done():
     rows = [{"prompt_id": p, "category": "add", "level": 1} for p in ("mixed", "solved", "hopeless", "mixed2")]
     outcomes = [Outcome(0, "mixed", 40, 80), Outcome(0, "solved", 80, 80), Outcome(0, "hopeless", 0, 80),
@@ -303,6 +315,28 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     curated = len(load_dataset_dir(run / "iter-0001" / "sft"))
     assert passed and trained["examples"] == curated + len(passed) and "curated_kept" not in sampled  # thin_known off
     assert changed(tiny_models_dir / "student", run / "models" / "student@1")
+
+
+def test_gap_pick_spends_the_first_round_on_the_categories_its_target_trails_most(tiny_models_dir, tmp_path):
+    """train.rl.gap_pick 2 in a tiny run: the train stage records each category's weight, 1 + 2 x
+    the best opponent's validation accuracy there minus student@0's (at least 1), and the first
+    round, where every prompt's learnability is still its cell's prior of one half, samples only
+    prompts of the categories weighed most."""
+    from flywheel.learning.curation import load_dataset_dir
+    from flywheel.worlds.world import world_pools
+    from tests.conftest import gaps_run, tiny_world
+
+    rl = {"generations": 4, "reward": "tests.test_onpolicy:odd_crc", "prompts": "train", "answers": 128,
+          "gap_pick": 2.0}
+    run, own, best = gaps_run(tiny_models_dir, tmp_path, "pick", train__method="sft+expert", train__rl=rl)
+    weights = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]["sampling"]["pick_weights"]
+    assert weights == {c: pytest.approx(1 + 2 * max(0.0, best[c] - own[c]), abs=1e-4) for c in own}
+    top = {c for c, w in weights.items() if w == max(weights.values())}
+    assert max(weights.values()) > 1.5  # the tiny student trails an opponent somewhere
+    rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    first = {r["category"] for r in rows if r["group"].split("-")[1] == "1"}
+    # unweighed, the first round's 8 picks would be ties broken at random over every category's prompts
+    assert first == top and len({p.category for p in world_pools(tiny_world(tiny_models_dir)).train}) > len(top)
 
 
 def test_the_few_battles_recipe_samples_its_own_answers_to_train_prompts_no_battle_reached(tiny_models_dir, tmp_path):

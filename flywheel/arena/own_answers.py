@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,10 +35,11 @@ COPY_SEED = 100_003  # the seed of a prompt's j-th answer: the round's seed + CO
 
 def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scorer: Scorer, *, k: int,
                   budget: int, at: float, seed: int, strength: float = 2.0,
-                  saved: Path | None = None) -> list[Group]:
+                  weights: Mapping[str, float] | None = None, saved: Path | None = None) -> list[Group]:
     """Groups of ``k`` sampled answers, ``ROUND`` prompts a round (fewer where the budget holds under
     ``ROUNDS`` rounds of them) chosen by learnability (each prompt once), until ``budget`` answers
-    are generated or every prompt is sampled. ``params``: the
+    are generated or every prompt is sampled; ``weights``: per category, what its prompts'
+    learnability is multiplied by before the picking (``train.rl.gap_pick``). ``params``: the
     target's sampling (temperature set). ``saved``: where the groups are kept once sampled (JSON
     lines); a phase resumed after a kill reads them back instead of sampling again."""
     if saved is not None and saved.exists():
@@ -49,7 +51,7 @@ def sample_groups(player: Player, params: SamplingParams, rows: list[dict], scor
     answers, rnd = 0, 0
     per_round = min(ROUND, max(1, budget // k // ROUNDS))
     while answers + k <= budget:
-        chosen = pick(rows, posterior, min(per_round, (budget - answers) // k), seen, rng)
+        chosen = pick(rows, posterior, min(per_round, (budget - answers) // k), seen, rng, weights)
         if not chosen:
             break
         rnd += 1

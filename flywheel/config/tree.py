@@ -14,9 +14,16 @@ from pydantic import Field, model_validator
 from flywheel.config.evolve_settings import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
 from flywheel.config.parts import JudgeConfig, PlayerConfig, Strict
 from flywheel.config.teach_settings import TeachingConfig  # the tree's select.teaching
-from flywheel.config.train_settings import ONLINE_METHODS, RL_METHODS, Method, RLConfig, TrainConfig  # noqa: F401 - the tree's train section
+from flywheel.config.train_settings import ONLINE_METHODS, RL_METHODS, Method, RLConfig, TrainConfig, samples_first  # noqa: F401 - the tree's train section
 from flywheel.config.world_settings import (  # noqa: F401 - the tree's world section
-    CATEGORIES, ConversationConfig, GamesConfig, ModelSpec, PromptPoolConfig, TaskSuiteConfig, WorldConfig)
+    CATEGORIES,
+    ConversationConfig,
+    GamesConfig,
+    ModelSpec,
+    PromptPoolConfig,
+    TaskSuiteConfig,
+    WorldConfig,
+)
 
 Share = Annotated[float, Field(ge=0, le=1)]
 
@@ -309,9 +316,10 @@ class FlywheelConfig(Strict):
                                  "position against every reference player (its win-or-draw rates need them all)")
             if self.curate.style_control:
                 raise ValueError("curate.style_control is for prompt worlds: a game's rules judge moves, not style")
-            if self.train.gap_mix:
-                raise ValueError("train.gap_mix weights rows by their category's validation accuracy; a games world "
-                                 "validates on games, not categories")
+            for name, on in (("train.gap_mix", self.train.gap_mix), ("train.rl.gap_pick", self.train.rl.gap_pick)):
+                if on:
+                    raise ValueError(f"{name} weighs by each category's validation accuracy; a games world "
+                                     "validates on games, not categories")
             bad = sorted({c for m in self.world.models for c in m.categories} - set(self.world.games.games))
             if bad:
                 raise ValueError(f"world.models: categories {bad} are not games of world.games.games")
@@ -350,6 +358,10 @@ class FlywheelConfig(Strict):
         if self.world.kind == "games" and (rl or "reward" in plan):
             raise ValueError("train.method grpo and reward: a games world has no reward for single moves nor "
                              "validation pairs yet; use sft or dpo")
+        if tc.rl.gap_pick and not any(samples_first(tc, m) for m in plan):
+            raise ValueError("train.rl.gap_pick weighs the picking of the target's own answers, and no iteration "
+                             "samples them (train.schedule: expert, onpolicy_dpo, or grpo and rloo with "
+                             "train.rl.dynamic_sampling)")
         if not rl:
             return
         if any(m in ONLINE_METHODS for m in plan) and tc.batch_size % tc.rl.generations:

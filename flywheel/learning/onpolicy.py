@@ -15,7 +15,7 @@ Everything here is plain data; the sampling itself is the arena's (``flywheel.ar
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -94,10 +94,14 @@ def cell_of(row: dict) -> str:
     return f"{row.get('category') or ''}/{row.get('level') if row.get('level') is not None else ''}"
 
 
-def pick(rows: list[dict], posterior: PromptPosterior, n: int, seen: set[str], rng) -> list[dict]:
-    """The ``n`` prompts not in ``seen`` with the highest learnability, ties broken at random
+def pick(rows: list[dict], posterior: PromptPosterior, n: int, seen: set[str], rng,
+         weights: Mapping[str, float] | None = None) -> list[dict]:
+    """The ``n`` prompts not in ``seen`` with the highest learnability, each times its category's
+    weight in ``weights`` (1 where it has none; ``train.rl.gap_pick``), ties broken at random
     (``rng``: a ``random.Random``)."""
-    keyed = [(-posterior.learnability(r["prompt_id"], cell_of(r)), rng.random(), i)
+    w = weights or {}
+    keyed = [(-posterior.learnability(r["prompt_id"], cell_of(r)) * w.get(r.get("category") or "", 1.0),
+              rng.random(), i)
              for i, r in enumerate(rows) if r["prompt_id"] not in seen]
     return [rows[i] for _, _, i in sorted(keyed)[:n]]
 

@@ -12,7 +12,7 @@ import random
 import shutil
 from dataclasses import replace
 
-from flywheel.config.tree import ONLINE_METHODS, RL_METHODS
+from flywheel.config.tree import ONLINE_METHODS, RL_METHODS, samples_first
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cards import hub_card
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
@@ -69,6 +69,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if rl is not None and samples_first(tc, method):
         groups = own_groups(ctx, k, t, rl, answer_steps(method, steps), tc)
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
+        if (picked := pick_weights(ctx, k, t)) is not None:
+            sampled["pick_weights"] = picked
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
         if method == "sft+expert" and tc.rl.thin_known and sft is not None:
             sft, sampled["curated_kept"] = thin_known(ctx, k, t, groups, sft, mix)
@@ -100,25 +102,40 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
 
 def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     """``train.gap_mix``: per category, how many times each of target ``t``'s SFT rows appears in
-    iteration ``k``'s data, on average (``flywheel.learning.mix.gap_weights``), from the validation
-    accuracies of the version trained from (its evaluation) and of each opponent (answered once a
-    run, through the generation cache). Kept in the train state, so that a killed phase resumes,
-    and every ``accelerate`` rank trains, on the same rows, even where an opponent's call failed
-    and is asked again. None with ``gap_mix`` 0, and in an iteration without SFT rows."""
+    iteration ``k``'s data, on average (``flywheel.learning.mix.gap_weights``). None with ``gap_mix``
+    0, and in an iteration without SFT rows."""
     tc = ctx.cfg.train
     method = tc.method_of(k)
     if not tc.gap_mix or not (method in ("sft", "expert") or method.startswith("sft+")):
         return None
-    kept = ctx.store.train_state_dir(k, t) / "mix.json"
+    return category_gaps(ctx, k, t, "train.gap_mix", tc.gap_mix, "mix.json", "rows of %s in the data, on average")
+
+
+def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
+    """``train.rl.gap_pick``: per category, what the learnability of target ``t``'s prompts is
+    multiplied by before its own answers are picked in iteration ``k``. None with ``gap_pick`` 0."""
+    strength = ctx.cfg.train.rl.gap_pick
+    if not strength:
+        return None
+    return category_gaps(ctx, k, t, "train.rl.gap_pick", strength, "pick.json", "learnability of %s's prompts, times")
+
+
+def category_gaps(ctx: Context, k: int, t: str, name: str, strength: float, file: str, says: str) -> dict[str, float]:
+    """Per category, 1 + ``strength`` x the gap between the best opponent's validation accuracy and
+    target ``t``'s version trained from (``flywheel.learning.mix.gap_weights``; the opponents'
+    answered once a run, through the generation cache). Kept in the train state as ``file``, so
+    that a killed phase resumes, and every ``accelerate`` rank trains, on the same weights, even
+    where an opponent's call failed and is asked again."""
+    kept = ctx.store.train_state_dir(k, t) / file
     if (stored := read_json(kept)) is not None:
         return stored
     version = ctx.current_version(t, k)
     own = ctx.version_eval(version)
     if own is None or own.validation is None:
-        raise RuntimeError(f"train.gap_mix: {version} has no validation figures (its iteration's evaluate stage)")
+        raise RuntimeError(f"{name}: {version} has no validation figures (its iteration's evaluate stage)")
     opponents = [validation_accuracy(ctx, o, k)[1] for o in ctx.roster.opponents]
-    weights = gap_weights(own.validation.accuracy_by_category, opponents, tc.gap_mix)
-    log.info("rows of %s in the data, on average, per category (train.gap_mix %g): %s", t, tc.gap_mix, weights)
+    weights = gap_weights(own.validation.accuracy_by_category, opponents, strength)
+    log.info(says + " per category (%s %g): %s", t, name, strength, weights)
     if is_main_process():
         kept.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(kept, weights)
@@ -137,12 +154,6 @@ def thin_known(ctx: Context, k: int, t: str, groups: list[Group], sft, mix: dict
              len(sft), "" if rows else " (none left: every row stays)")
     record = {"rows": rows or len(sft), "of": len(sft), "chance": {c: round(x, 4) for c, x in keep.items()}}
     return (thinned if rows else sft), record
-
-
-def samples_first(tc, method: str) -> bool:
-    """Whether an iteration of ``method`` samples the target's own answers before it trains:
-    expert iteration and on-policy DPO always, GRPO and RLOO with dynamic sampling."""
-    return method in RL_METHODS and (method not in ONLINE_METHODS or tc.rl.dynamic_sampling)
 
 
 def answer_steps(method: str, steps: int) -> int:
@@ -165,7 +176,8 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
     saved = state / "own-answers.jsonl"
     groups = sample_groups(ctx.roster.player(version), params, list(rl.prompts), rl.scorer, k=tc.rl.generations,
                            budget=tc.rl.answers or max(steps, 1) * tc.batch_size, at=tc.rl.pass_reward,
-                           seed=ctx.cfg.run.seed + 7919 * k, strength=tc.rl.prior_strength, saved=saved)
+                           seed=ctx.cfg.run.seed + 7919 * k, strength=tc.rl.prior_strength,
+                           weights=pick_weights(ctx, k, t), saved=saved)
     try:
         check_rewards(tc.rl, t, [r for g in groups for r in g.rewards], [e for g in groups for e in g.errors])
     except RewardsFailed:
