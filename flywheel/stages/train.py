@@ -108,7 +108,8 @@ def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     method = tc.method_of(k)
     if not tc.gap_mix or not (method in ("sft", "expert") or method.startswith("sft+")):
         return None
-    return category_gaps(ctx, k, t, "train.gap_mix", tc.gap_mix, "mix.json", "rows of %s in the data, on average")
+    return category_gaps(ctx, k, t, name="train.gap_mix", strength=tc.gap_mix, file="mix.json",
+                         says="rows of %s in the data, on average")
 
 
 def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
@@ -117,10 +118,12 @@ def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     strength = ctx.cfg.train.rl.gap_pick
     if not strength:
         return None
-    return category_gaps(ctx, k, t, "train.rl.gap_pick", strength, "pick.json", "learnability of %s's prompts, times")
+    return category_gaps(ctx, k, t, name="train.rl.gap_pick", strength=strength, file="pick.json",
+                         says="learnability of %s's prompts, times")
 
 
-def category_gaps(ctx: Context, k: int, t: str, name: str, strength: float, file: str, says: str) -> dict[str, float]:
+def category_gaps(ctx: Context, k: int, t: str, *, name: str, strength: float, file: str,
+                  says: str) -> dict[str, float]:
     """Per category, 1 + ``strength`` x the gap between the best opponent's validation accuracy and
     target ``t``'s version trained from (``flywheel.learning.mix.gap_weights``; the opponents'
     answered once a run, through the generation cache). Kept in the train state as ``file``, so
