@@ -153,9 +153,9 @@ def _bad_inputs(tmp_path):
          "'no_such_module'"),
         (["flows/recipes/tictactoe.yaml", "--set", "train.gap_mix=2"], "error: invalid config: train.gap_mix weighs "
          "by each category's validation accuracy; a games world validates on games, not categories"),
-        (["--set", "train.rl.gap_pick=2"], "error: invalid config: train.rl.gap_pick weighs the picking of the "
-         "target's own answers, and no iteration samples them (train.schedule: expert, onpolicy_dpo, or grpo and "
-         "rloo with train.rl.dynamic_sampling)"),
+        (["--set", "train.rl.gap_pick=2"], "error: invalid config: train.rl.gap_pick weighs how prompts are picked "
+         "for the target's own answers, and no iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or "
+         "rloo with train.rl.dynamic_sampling or train.rl.pick_online)"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.reward=os.path:exists"],
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "

@@ -95,6 +95,18 @@ def test_the_online_picker_picks_prompts_whose_answers_differ_rests_them_and_rea
     assert picker.passes[0] == 40 / 2 + 80 and picker.tries[0] == 80 / 2 + 80 and picker.passes[1] == 80 / 2 + 40
 
 
+def test_the_online_picker_weighs_each_prompts_chance_to_teach_by_its_category():
+    """train.rl.gap_pick reaches GRPO's and RLOO's online picks: a `sub` prompt less likely to teach
+    than an `add` one comes first when `sub` is weighed 4, and how long a picked prompt rests is
+    read from the chances alone."""
+    rows = [{"prompt_id": "a", "category": "add", "level": 1}, {"prompt_id": "s", "category": "sub", "level": 1}]
+    outcomes = [Outcome(0, "a", 40, 80), Outcome(0, "s", 4, 80)]  # teach: ~1.0 and ~0.33
+    plain = OnlinePicker(rows, outcomes, k=8, per_chunk=1, seed=0)
+    weighed = OnlinePicker(rows, outcomes, k=8, per_chunk=1, seed=0, weights={"sub": 4.0})
+    assert [rows[plain.chunk(c, 0)[0]]["prompt_id"] for c in range(2)] == ["a", "a"]  # 1 likely to teach: no rest
+    assert [rows[weighed.chunk(c, 0)[0]]["prompt_id"] for c in range(2)] == ["s", "s"]
+
+
 def test_a_resumed_phase_reads_its_groups_back_from_the_rollout_log_as_the_trainer_scored_them():
     rows = [{"group": "0-1-p", "step": 0, "prompt_id": "p", "reward": r} for r in (1.0, 0.0, None, 1.0)]
     rows += [{"group": "3-0-0", "step": 3, "prompt_id": "q", "reward": r} for r in (1.0, float("nan"), 0.0, 0.5)]
@@ -329,7 +341,8 @@ def test_gap_pick_spends_the_first_round_on_the_categories_its_target_trails_mos
     rl = {"generations": 4, "reward": "tests.test_onpolicy:odd_crc", "prompts": "train", "answers": 128,
           "gap_pick": 2.0}
     run, own, best = gaps_run(tiny_models_dir, tmp_path, "pick", train__method="sft+expert", train__rl=rl)
-    weights = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]["sampling"]["pick_weights"]
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    weights = trained["sampling"]["pick_weights"]
     assert weights == {c: pytest.approx(1 + 2 * max(0.0, best[c] - own[c]), abs=1e-4) for c in own}
     top = {c for c, w in weights.items() if w == max(weights.values())}
     assert max(weights.values()) > 1.5  # the tiny student trails an opponent somewhere
@@ -522,3 +535,21 @@ def test_the_trainer_picks_online_the_prompts_whose_answers_differ(tiny_models_d
     flat_prompts = {r["prompt_id"] for r in rows if zlib.crc32(r["prompt_id"].encode()) % 2 == 0}
     assert before > 0.5 and during < 0.3, (before, during)  # picked at random, half would be flat
     assert sum(r["prompt_id"] in flat_prompts for r in trained) < 0.2 * len(trained)
+
+
+def test_grpos_online_picks_lean_to_the_category_gap_pick_weighs_most(tiny_models_dir, tmp_path):
+    """train.rl.gap_pick reaches the trainer's own picks: with the category its tiny student trails
+    weighed far above the rest, GRPO's steps learn on that category's prompts several times as often
+    as it holds of the prompts."""
+    from flywheel.learning.curation import load_dataset_dir
+    from tests.conftest import gaps_run
+
+    rl = {"generations": 4, "reward": "tests.test_onpolicy:half_flat", "answers": 1000, "gap_pick": 50.0}
+    run, _, _ = gaps_run(tiny_models_dir, tmp_path, "leaning", train__method="grpo", train__rl=rl)
+    weights = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]["sampling"]["pick_weights"]
+    top = max(weights, key=weights.get)
+    rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    prompts = {r["prompt_id"]: r["category"] for r in rows if r["step"] == 0}  # every prompt, sampled before
+    trained = [r["category"] for r in rows if r["step"] > 0]
+    held = sum(c == top for c in prompts.values()) / len(prompts)
+    assert 0 < held < 0.5 and sum(c == top for c in trained) / len(trained) > 2 * held, (top, held)

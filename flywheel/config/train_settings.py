@@ -83,11 +83,11 @@ class RLConfig(Strict):
                                 "phase of those steps samples.")
     prior_strength: float = Field(2.0, gt=0, description="The learnability posterior: a prompt not yet sampled takes "
                                   "its cell's (category x level) pass rate as its prior, worth this many answers.")
-    gap_pick: float = Field(0.0, ge=0, description="The own answers' picking by category: a prompt's learnability "
-                            "is multiplied by 1 + gap_pick x g before the rounds pick, g the best opponent's validation "
-                            "accuracy in the prompt's category minus that of the version trained from (at least 0), "
-                            "so that more of the answer budget goes to the categories the target trails. 0: "
-                            "learnability alone. Task worlds only.")
+    gap_pick: float = Field(0.0, ge=0, description="Picking prompts by category: a prompt's learnability (before "
+                            "the own answers are sampled) and chance to teach (GRPO's and RLOO's online picks) are "
+                            "multiplied by 1 + gap_pick x g, g the best opponent's validation accuracy in the prompt's "
+                            "category minus that of the version trained from (at least 0), so that more of the answers "
+                            "go to the categories the target trails. 0: the posterior alone. Task worlds only.")
     max_failed: float = Field(0.5, ge=0, le=1, description="A phase whose share of failed rewards (errors, no "
                               "verdict, no reference) is over this stops the run with an error; no version is made "
                               "from it.")
@@ -192,6 +192,12 @@ class TrainConfig(Strict):
     def methods(self, iterations: int) -> set[str]:
         """Every method iterations 1..``iterations`` train with."""
         return {self.method_of(k) for k in range(1, iterations + 1)}
+
+
+def picks_prompts(tc: TrainConfig, method: str) -> bool:
+    """Whether an iteration of ``method`` picks prompts by the learnability posterior: it samples
+    the target's own answers first, or it is GRPO or RLOO picking online."""
+    return samples_first(tc, method) or (method in ONLINE_METHODS and tc.rl.pick_online)
 
 
 def samples_first(tc: TrainConfig, method: str) -> bool:

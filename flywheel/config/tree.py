@@ -14,7 +14,15 @@ from pydantic import Field, model_validator
 from flywheel.config.evolve_settings import PROCEDURAL, EvolveConfig  # noqa: F401 - the tree's select.evolve
 from flywheel.config.parts import JudgeConfig, PlayerConfig, Strict
 from flywheel.config.teach_settings import TeachingConfig  # the tree's select.teaching
-from flywheel.config.train_settings import ONLINE_METHODS, RL_METHODS, Method, RLConfig, TrainConfig, samples_first  # noqa: F401 - the tree's train section
+from flywheel.config.train_settings import (  # noqa: F401 - the tree's train section
+    ONLINE_METHODS,
+    RL_METHODS,
+    Method,
+    RLConfig,
+    TrainConfig,
+    picks_prompts,
+    samples_first,
+)
 from flywheel.config.world_settings import (  # noqa: F401 - the tree's world section
     CATEGORIES,
     ConversationConfig,
@@ -358,10 +366,10 @@ class FlywheelConfig(Strict):
         if self.world.kind == "games" and (rl or "reward" in plan):
             raise ValueError("train.method grpo and reward: a games world has no reward for single moves nor "
                              "validation pairs yet; use sft or dpo")
-        if tc.rl.gap_pick and not any(samples_first(tc, m) for m in plan):
-            raise ValueError("train.rl.gap_pick weighs the picking of the target's own answers, and no iteration "
-                             "samples them (train.schedule: expert, onpolicy_dpo, or grpo and rloo with "
-                             "train.rl.dynamic_sampling)")
+        if tc.rl.gap_pick and not any(picks_prompts(tc, m) for m in plan):
+            raise ValueError("train.rl.gap_pick weighs how prompts are picked for the target's own answers, and no "
+                             "iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or rloo with "
+                             "train.rl.dynamic_sampling or train.rl.pick_online)")
         if not rl:
             return
         if any(m in ONLINE_METHODS for m in plan) and tc.batch_size % tc.rl.generations:

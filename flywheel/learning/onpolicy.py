@@ -227,10 +227,12 @@ class OnlinePicker:
 
     ``chunk(c, upto)`` reads only the groups of steps up to ``upto`` (never fewer than before in a
     pass), and its tie-breaks are seeded by the chunk: the same groups give the same picks, which is
-    what makes a resumed phase pick as one never interrupted."""
+    what makes a resumed phase pick as one never interrupted. ``weights``: per category, what a
+    prompt's chance is multiplied by before the picks rank them (``train.rl.gap_pick``); the rest
+    is read from the chances alone."""
 
     def __init__(self, rows: list[dict], outcomes: list[Outcome], *, k: int, per_chunk: int, seed: int,
-                 strength: float = 2.0) -> None:
+                 strength: float = 2.0, weights: Mapping[str, float] | None = None) -> None:
         import numpy as np
 
         ids = [str(r["prompt_id"]) for r in rows]
@@ -240,6 +242,8 @@ class OnlinePicker:
         names = sorted(set(cells.values()))
         self.prompt_cell = np.asarray([names.index(cells[p]) for p in self.index])
         self.outcomes, self.k, self.per_chunk, self.seed, self.strength = outcomes, k, per_chunk, seed, strength
+        w = weights or {}
+        self.weight = np.asarray([w.get(r.get("category") or "", 1.0) for r in rows])  # per row (train.rl.gap_pick)
         self.reset()
 
     def reset(self) -> None:
@@ -282,8 +286,9 @@ class OnlinePicker:
         """The row indices of chunk ``c``'s prompts, from the groups of steps up to ``upto``."""
         import numpy as np
 
-        score = self.teach(upto)
-        rest = int((score >= 0.5).sum()) // (2 * self.per_chunk)  # half the prompts likelier to teach than not
+        chance = self.teach(upto)
+        rest = int((chance >= 0.5).sum()) // (2 * self.per_chunk)  # half the prompts likelier to teach than not
+        score = chance * self.weight
         score[[i for i, at in self.last.items() if c - at <= rest]] = -1.0  # resting
         ties = np.random.default_rng([self.seed, c]).random(len(score))
         picked = [int(i) for i in np.lexsort((ties, -score))[:self.per_chunk]]

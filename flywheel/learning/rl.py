@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ class RLPhase:
     rollouts: Path
     max_completion_length: int
     vllm_url: str | None = None
+    weights: Mapping[str, float] | None = None  # per category, what the picks multiply a prompt's chance by (gap_pick)
 
 
 def text_of(completion: Any) -> str:

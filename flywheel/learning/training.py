@@ -264,7 +264,7 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                 picks = cfg.rl.pick_online and "prompt_id" in data.column_names  # the posterior is per prompt
                 outcomes = outcomes_of(record.read(), cfg.rl.pass_reward) if picks else None
                 if outcomes is not None:
-                    trainer_class = picking(trainer_class, online_picker(data, outcomes, cfg.rl))
+                    trainer_class = picking(trainer_class, online_picker(data, outcomes, cfg.rl, rl.weights))
                 trainer = trainer_class(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                                         reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations, outcomes,
                                                                     cfg.rl.pass_reward),
@@ -320,14 +320,14 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
     return TrainResult(total, loss, examples, rollouts, tuple(history))
 
 
-def online_picker(prompts, outcomes: list, rl) -> Callable[[int, int], OnlinePicker]:
+def online_picker(prompts, outcomes: list, rl, weights=None) -> Callable[[int, int], OnlinePicker]:
     """How a trainer builds its ``OnlinePicker`` over the phase's ``prompts`` (a dataset with
     ``prompt_id``, ``category``, ``level``), fed by ``outcomes`` (``train.rl``: the answers per
-    prompt, the posterior's prior strength, what passes)."""
+    prompt, the posterior's prior strength, what passes; ``weights``: per category, ``train.rl.gap_pick``'s)."""
     cols = [c for c in ("prompt_id", "category", "level") if c in prompts.column_names]
     rows = prompts.select_columns(cols).to_list()
     return lambda per_chunk, seed: OnlinePicker(rows, outcomes, k=rl.generations, per_chunk=per_chunk, seed=seed,
-                                                strength=rl.prior_strength)
+                                                strength=rl.prior_strength, weights=weights)
 
 
 def trainer_logs(log_history: list[dict], phase: str, before: int) -> list[dict]:

@@ -69,8 +69,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if rl is not None and samples_first(tc, method):
         groups = own_groups(ctx, k, t, rl, answer_steps(method, steps), tc)
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
-        if (picked := pick_weights(ctx, k, t)) is not None:
-            sampled["pick_weights"] = picked
+        if rl.weights is not None:
+            sampled["pick_weights"] = dict(rl.weights)
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
         if method == "sft+expert" and tc.rl.thin_known and sft is not None:
             sft, sampled["curated_kept"] = thin_known(ctx, k, t, groups, sft, mix)
@@ -113,8 +113,9 @@ def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
 
 
 def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
-    """``train.rl.gap_pick``: per category, what the learnability of target ``t``'s prompts is
-    multiplied by before its own answers are picked in iteration ``k``. None with ``gap_pick`` 0."""
+    """``train.rl.gap_pick``: per category, what target ``t``'s prompts' learnability (before its own
+    answers are sampled in iteration ``k``) and chance to teach (GRPO's and RLOO's online picks)
+    are multiplied by. None with ``gap_pick`` 0."""
     strength = ctx.cfg.train.rl.gap_pick
     if not strength:
         return None
@@ -138,7 +139,7 @@ def category_gaps(ctx: Context, k: int, t: str, *, name: str, strength: float, f
         raise RuntimeError(f"{name}: {version} has no validation figures (its iteration's evaluate stage)")
     opponents = [validation_accuracy(ctx, o, k)[1] for o in ctx.roster.opponents]
     weights = gap_weights(own.validation.accuracy_by_category, opponents, strength)
-    log.info(says + " per category (%s %g): %s", t, name, strength, weights)
+    log.info(says + ", per category (%s %g): %s", t, name, strength, weights)
     if is_main_process():
         kept.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(kept, weights)
@@ -180,7 +181,7 @@ def own_groups(ctx: Context, k: int, t: str, rl: RLPhase, steps: int, tc) -> lis
     groups = sample_groups(ctx.roster.player(version), params, list(rl.prompts), rl.scorer, k=tc.rl.generations,
                            budget=tc.rl.answers or max(steps, 1) * tc.batch_size, at=tc.rl.pass_reward,
                            seed=ctx.cfg.run.seed + 7919 * k, strength=tc.rl.prior_strength,
-                           weights=pick_weights(ctx, k, t), saved=saved)
+                           weights=rl.weights, saved=saved)
     try:
         check_rewards(tc.rl, t, [r for g in groups for r in g.rewards], [e for g in groups for e in g.errors])
     except RewardsFailed:
@@ -303,12 +304,12 @@ def rl_phase(ctx: Context, k: int, t: str) -> RLPhase:
     """Target ``t``'s GRPO phase of iteration ``k``: the prompts the select stage chose for its
     train battles (each once; in a conversation each user turn after the target's own earlier
     answers: ``flywheel.stages.rl_prompts``), with their references and baselines, and the reward
-    ``train.rl.reward`` names."""
+    ``train.rl.reward`` names; with ``train.rl.gap_pick``, the weights its picks go by."""
     made = ctx.store.latest_reward_model(t, k)
     return RLPhase(rl_prompts(ctx, k, t), build_reward(ctx.cfg.train.rl, ctx.cfg.judge, ctx.judge, t,
                                                        str(made) if made else None),
                    ctx.store.rollout_log(k, t), ctx.cfg.train.rl.max_completion_length or ctx.roster.config(t).max_new_tokens,
-                   vllm_url(ctx, t))
+                   vllm_url(ctx, t), weights=pick_weights(ctx, k, t))
 
 
 def vllm_url(ctx: Context, t: str) -> str | None:
@@ -382,10 +383,10 @@ def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
-
-    if mix_weights(ctx, k, t) is not None:  # weighed once here; every rank reads them from the train state
-        ctx.roster.pool.release()  # an opponent that answered leaves the devices to the training processes
     method = ctx.cfg.train.method_of(k)
+    weighed = [mix_weights(ctx, k, t), pick_weights(ctx, k, t) if method in RL_METHODS else None]
+    if any(w is not None for w in weighed):  # weighed once here; every rank reads them from the train state
+        ctx.roster.pool.release()  # an opponent that answered leaves the devices to the training processes
     if samples_first(ctx.cfg.train, method):  # sampled once here; every rank reads the same groups
         own_groups(ctx, k, t, rl_phase(ctx, k, t), answer_steps(method, steps), ctx.cfg.train)
         ctx.roster.pool.release()  # the sampling player leaves the devices to the training processes
