@@ -39,8 +39,11 @@ def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_work
         (tmp_path / "server").mkdir()
         server, prefect_api = start_prefect_server(tmp_path / "server", cli_env)
     api = prefect_api
+    # A loaded machine (the suite's other workers on 2 cores) can keep the SQLite-backed test server
+    # answering 503 for longer than Prefect's 5 client retries; a crashed run from that is not the
+    # flywheel's, so its processes retry for longer.
     env = {**cli_env, "PREFECT_API_URL": api, "PREFECT_UI_ENABLED": "false", "PREFECT_WORKER_QUERY_SECONDS": "2",
-           "PREFECT_WORKER_PREFETCH_SECONDS": "5"}
+           "PREFECT_WORKER_PREFETCH_SECONDS": "5", "PREFECT_CLIENT_MAX_RETRIES": "10"}
     served, pooled, pool = f"test-{tmp_path.name}", f"wp-{tmp_path.name}", f"pool-{tmp_path.name}"[:60]
     procs: list[subprocess.Popen] = []
     deps: dict[str, dict] = {}
@@ -55,7 +58,7 @@ def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_work
 
     try:
         for name, run in ((served, "nightly"), (pooled, "pooled")):
-            tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name=run, run__iterations=5,
+            tree = tiny_tree(tiny_models_dir, tmp_path / "runs", run__name=run, run__iterations=50,
                              rating__bootstrap_rounds=5)
             (tmp_path / f"{run}.yaml").write_text(yaml.safe_dump(tree))
         subprocess.run([PREFECT, "work-pool", "create", pool, "--type", "process"], env=env, check=True,
@@ -104,7 +107,7 @@ def test_scheduled_runs_complete_served_here_and_from_a_work_pool_by_a_real_work
         if server is not None:
             stop(server)
     # The first trigger made the run and one iteration (schedule.mode continue), not run.iterations
-    # (5); each later trigger (one finished while the other deployment's first ran, or while
+    # (50: a trigger that ran them all would pass no deadline, nor the bound below); each later trigger (one finished while the other deployment's first ran, or while
     # stopping) added one more to the same run.
     for run in ("nightly", "pooled"):
         summary = json.loads((tmp_path / "runs" / run / "summary.json").read_text())
