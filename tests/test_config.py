@@ -155,12 +155,23 @@ def _bad_inputs(tmp_path):
          "by each category's validation accuracy; a games world validates on games, not categories"),
         (["--set", "train.rl.gap_pick=2"], "error: invalid config: train.rl.gap_pick weighs how prompts are picked "
          "for the target's own answers, and no iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or "
-         "rloo with train.rl.dynamic_sampling or train.rl.pick_online)"),
+         "rloo with train.rl.dynamic_sampling, or with train.rl.pick_online in one process)"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.reward=os.path:exists"],
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "
          "per completion"),
     ]
+
+
+def test_gap_pick_needs_an_iteration_whose_prompts_the_posterior_picks():
+    """train.rl.gap_pick with GRPO without dynamic sampling: accepted where its trainer picks online
+    in one process, refused where it does not pick (pick_online false) or cannot (several processes:
+    shuffled passes), since the weights would change nothing."""
+    base = ["train.method=grpo", "train.rl.dynamic_sampling=false", "train.rl.gap_pick=2"]
+    assert load_config(None, base).train.rl.gap_pick == 2
+    for more in (["train.rl.pick_online=false"], ["train.launcher=accelerate", "train.num_processes=2"]):
+        with pytest.raises(ConfigError, match="no iteration picks them"):
+            load_config(None, [*base, *more])
 
 
 def test_bad_input_is_one_error_line_exit_2_and_no_run_directory(tmp_path, cli_env):

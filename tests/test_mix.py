@@ -119,5 +119,5 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
             groups.setdefault(r["prompt_id"], []).append(r)
         own = sum(len({r["completion"] for r in g if r["reward"] == 1.0}) for g in groups.values()
                   if len({r["reward"] for r in g}) > 1)
-        assert own and trained["sampling"]["pick_weights"] == {"sub": 5.0}
+        assert own and trained["picks"] == {"sub": 5.0}
     assert len(curated) and trained["examples"] == 3 * (len(curated) + own)

@@ -342,7 +342,7 @@ def test_gap_pick_spends_the_first_round_on_the_categories_its_target_trails_mos
           "gap_pick": 2.0}
     run, own, best = gaps_run(tiny_models_dir, tmp_path, "pick", train__method="sft+expert", train__rl=rl)
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
-    weights = trained["sampling"]["pick_weights"]
+    weights = trained["picks"]
     assert weights == {c: pytest.approx(1 + 2 * max(0.0, best[c] - own[c]), abs=1e-4) for c in own}
     top = {c for c, w in weights.items() if w == max(weights.values())}
     assert max(weights.values()) > 1.5  # the tiny student trails an opponent somewhere
@@ -546,7 +546,7 @@ def test_grpos_online_picks_lean_to_the_category_gap_pick_weighs_most(tiny_model
 
     rl = {"generations": 4, "reward": "tests.test_onpolicy:half_flat", "answers": 1000, "gap_pick": 50.0}
     run, _, _ = gaps_run(tiny_models_dir, tmp_path, "leaning", train__method="grpo", train__rl=rl)
-    weights = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]["sampling"]["pick_weights"]
+    weights = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]["picks"]
     top = max(weights, key=weights.get)
     rows = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
     prompts = {r["prompt_id"]: r["category"] for r in rows if r["step"] == 0}  # every prompt, sampled before

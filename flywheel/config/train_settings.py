@@ -197,7 +197,13 @@ class TrainConfig(Strict):
 def picks_prompts(tc: TrainConfig, method: str) -> bool:
     """Whether an iteration of ``method`` picks prompts by the learnability posterior: it samples
     the target's own answers first, or it is GRPO or RLOO picking online."""
-    return samples_first(tc, method) or (method in ONLINE_METHODS and tc.rl.pick_online)
+    return samples_first(tc, method) or picks_online(tc, method)
+
+
+def picks_online(tc: TrainConfig, method: str) -> bool:
+    """Whether GRPO's or RLOO's trainer picks its prompts online (``train.rl.pick_online``): in one
+    process only (under several, each sees only its share of the rewards, and passes are shuffled)."""
+    return method in ONLINE_METHODS and tc.rl.pick_online and (tc.launcher == "inline" or tc.num_processes == 1)
 
 
 def samples_first(tc: TrainConfig, method: str) -> bool:

@@ -20,6 +20,7 @@ from flywheel.config.train_settings import (  # noqa: F401 - the tree's train se
     Method,
     RLConfig,
     TrainConfig,
+    picks_online,
     picks_prompts,
     samples_first,
 )
@@ -369,7 +370,7 @@ class FlywheelConfig(Strict):
         if tc.rl.gap_pick and not any(picks_prompts(tc, m) for m in plan):
             raise ValueError("train.rl.gap_pick weighs how prompts are picked for the target's own answers, and no "
                              "iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or rloo with "
-                             "train.rl.dynamic_sampling or train.rl.pick_online)")
+                             "train.rl.dynamic_sampling, or with train.rl.pick_online in one process)")
         if not rl:
             return
         if any(m in ONLINE_METHODS for m in plan) and tc.batch_size % tc.rl.generations:

@@ -134,6 +134,7 @@ class TargetTraining(StageRecord):
     reward_model: dict | None = None  # method reward: its folder, steps, pairs, pair accuracy on validation
     sampling: dict | None = None  # own answers sampled before training: answers, flat groups, pass@k by category
     mix: dict | None = optional()  # train.gap_mix: per category, how many times a row appeared in the data, on average
+    picks: dict | None = optional()  # train.rl.gap_pick: per category, what its prompts' pick scores were multiplied by
     # the Trainer's logs: per logged step its phase, step (over the phases) and figures (loss, grad_norm, ...)
     log: list[dict] | None = optional()
 

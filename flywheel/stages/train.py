@@ -12,7 +12,7 @@ import random
 import shutil
 from dataclasses import replace
 
-from flywheel.config.tree import ONLINE_METHODS, RL_METHODS, samples_first
+from flywheel.config.tree import ONLINE_METHODS, RL_METHODS, picks_online, picks_prompts, samples_first
 from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
 from flywheel.ground.cards import hub_card
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
@@ -64,13 +64,12 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     state = ctx.store.train_state_dir(k, t)
     method = tc.method_of(k)
     rl = rl_phase(ctx, k, t) if method in RL_METHODS else None
+    picks = dict(rl.weights) if rl is not None and rl.weights is not None else None  # train.rl.gap_pick's
     made = train_reward(ctx, k, t, steps, tc) if method == "reward" else None
     sampled = None
     if rl is not None and samples_first(tc, method):
         groups = own_groups(ctx, k, t, rl, answer_steps(method, steps), tc)
         sampled = SamplingSummary.of(groups, tc.rl.pass_reward).to_json()
-        if rl.weights is not None:
-            sampled["pick_weights"] = dict(rl.weights)
         log.info("own answers of %s: %s", t, {x: v for x, v in sampled.items() if x != "by_category"})
         if method == "sft+expert" and tc.rl.thin_known and sft is not None:
             sft, sampled["curated_kept"] = thin_known(ctx, k, t, groups, sft, mix)
@@ -97,7 +96,8 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     rewards = RewardSummary.of(res.rollouts).to_json() if res.rollouts is not None else None
     return TargetTraining(version=new, steps=res.steps, loss=res.loss, examples=res.examples,
                           served_as=new if pc.serve_lora else None, rewards=rewards, reward_model=made,
-                          sampling=sampled, log=list(res.history) or None, mix=mix)
+                          sampling=sampled, log=list(res.history) or None, mix=mix,
+                          picks=picks)
 
 
 def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
@@ -116,9 +116,10 @@ def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     """``train.rl.gap_pick``: per category, what target ``t``'s prompts' learnability (before its own
     answers are sampled in iteration ``k``) and chance to teach (GRPO's and RLOO's online picks)
     are multiplied by. None with ``gap_pick`` 0."""
-    strength = ctx.cfg.train.rl.gap_pick
-    if not strength:
+    tc = ctx.cfg.train
+    if not tc.rl.gap_pick or not picks_prompts(tc, tc.method_of(k)):
         return None
+    strength = tc.rl.gap_pick
     return category_gaps(ctx, k, t, name="train.rl.gap_pick", strength=strength, file="pick.json",
                          says="learnability of %s's prompts, times")
 
@@ -215,7 +216,7 @@ def from_own_answers(ctx: Context, k: int, t: str, *, groups: list[Group], rl: R
     if not any(not g.flat for g in groups):
         log.warning("%s: none of its %d sampled groups teaches (every answer of each got one reward): its %s phase "
                     "has nothing of its own answers to learn from", t, len(groups), method)
-    if method in ONLINE_METHODS and tc.rl.pick_online and (tc.launcher == "inline" or tc.num_processes == 1):
+    if picks_online(tc, method):
         return rl, sft, None, method  # the trainer picks by the groups' outcomes (one process only)
     if method in ONLINE_METHODS:
         teach = {g.row["prompt_id"] for g in groups if not g.flat}
