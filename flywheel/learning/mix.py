@@ -4,7 +4,7 @@ opponent on the validation split, so that more of the iteration's fixed steps go
 has most to learn from its teachers.
 
 Plain data: the accuracies come from the evaluate stage's validation figures
-(``flywheel.stages.train.mix_weights``), the rows from the datasets on disk."""
+(``flywheel.stages.train_weights.mix_weights``), the rows from the datasets on disk."""
 
 from __future__ import annotations
 

@@ -12,13 +12,13 @@ import random
 import shutil
 from dataclasses import replace
 
-from flywheel.config.tree import ONLINE_METHODS, RL_METHODS, picks_online, picks_prompts, samples_first
-from flywheel.ground.atomic import atomic_write_json, atomic_write_text, read_json
+from flywheel.config.tree import ONLINE_METHODS, RL_METHODS, picks_online, samples_first
+from flywheel.ground.atomic import atomic_write_text
 from flywheel.ground.cards import hub_card
 from flywheel.ground.records import Battle, PlayerVersion, stable_id, versioned
 from flywheel.learning.curation import load_dataset_dir
 from flywheel.learning.judge_rewards import build_reward
-from flywheel.learning.mix import combine, gap_weights
+from flywheel.learning.mix import combine
 from flywheel.learning.onpolicy import Group, SamplingSummary, expert_rows, keep_chances, preference_rows
 from flywheel.learning.reward_training import pair_accuracy, train_reward_model
 from flywheel.learning.rl import (
@@ -34,9 +34,9 @@ from flywheel.learning.training import Hardware, TrainJob, is_main_process, prec
 from flywheel.players.player import ServesAdapters
 from flywheel.run.context import Context, stage
 from flywheel.run.results import TargetTraining, TrainResult
-from flywheel.stages.evaluate import validation_accuracy
 from flywheel.stages.rl_prompts import rl_prompts
 from flywheel.stages.train_data import pools_traces, shape_for, training_data, weighted
+from flywheel.stages.train_weights import mix_weights, pick_weights
 from judges.reward_scorer import RewardScorer
 
 log = logging.getLogger("flywheel")
@@ -98,53 +98,6 @@ def train_target(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
                           served_as=new if pc.serve_lora else None, rewards=rewards, reward_model=made,
                           sampling=sampled, log=list(res.history) or None, mix=mix,
                           picks=picks)
-
-
-def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
-    """``train.gap_mix``: per category, how many times each of target ``t``'s SFT rows appears in
-    iteration ``k``'s data, on average (``flywheel.learning.mix.gap_weights``). None with ``gap_mix``
-    0, and in an iteration without SFT rows."""
-    tc = ctx.cfg.train
-    method = tc.method_of(k)
-    if not tc.gap_mix or not (method in ("sft", "expert") or method.startswith("sft+")):
-        return None
-    return category_gaps(ctx, k, t, name="train.gap_mix", strength=tc.gap_mix, file="mix.json",
-                         says="rows of %s in the data, on average")
-
-
-def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
-    """``train.rl.gap_pick``: per category, what target ``t``'s prompts' learnability (before its own
-    answers are sampled in iteration ``k``) and chance to teach (GRPO's and RLOO's online picks)
-    are multiplied by. None with ``gap_pick`` 0."""
-    tc = ctx.cfg.train
-    if not tc.rl.gap_pick or not picks_prompts(tc, tc.method_of(k)):
-        return None
-    strength = tc.rl.gap_pick
-    return category_gaps(ctx, k, t, name="train.rl.gap_pick", strength=strength, file="pick.json",
-                         says="learnability of %s's prompts, times")
-
-
-def category_gaps(ctx: Context, k: int, t: str, *, name: str, strength: float, file: str,
-                  says: str) -> dict[str, float]:
-    """Per category, 1 + ``strength`` x the gap between the best opponent's validation accuracy and
-    target ``t``'s version trained from (``flywheel.learning.mix.gap_weights``; the opponents'
-    answered once a run, through the generation cache). Kept in the train state as ``file``, so
-    that a killed phase resumes, and every ``accelerate`` rank trains, on the same weights, even
-    where an opponent's call failed and is asked again."""
-    kept = ctx.store.train_state_dir(k, t) / file
-    if (stored := read_json(kept)) is not None:
-        return stored
-    version = ctx.current_version(t, k)
-    own = ctx.version_eval(version)
-    if own is None or own.validation is None:
-        raise RuntimeError(f"{name}: {version} has no validation figures (its iteration's evaluate stage)")
-    opponents = [validation_accuracy(ctx, o, k)[1] for o in ctx.roster.opponents]
-    weights = gap_weights(own.validation.accuracy_by_category, opponents, strength)
-    log.info(says + ", per category (%s %g): %s", t, name, strength, weights)
-    if is_main_process():
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(kept, weights)
-    return weights
 
 
 def thin_known(ctx: Context, k: int, t: str, groups: list[Group], sft, mix: dict[str, float] | None):
@@ -385,7 +338,7 @@ def launch_training(ctx: Context, k: int, t: str, steps: int) -> TargetTraining:
     if accelerate is None:
         raise RuntimeError("train.launcher accelerate: the accelerate command is not installed")
     method = ctx.cfg.train.method_of(k)
-    weighed = [mix_weights(ctx, k, t), pick_weights(ctx, k, t) if method in RL_METHODS else None]
+    weighed = [mix_weights(ctx, k, t), pick_weights(ctx, k, t)]
     if any(w is not None for w in weighed):  # weighed once here; every rank reads them from the train state
         ctx.roster.pool.release()  # an opponent that answered leaves the devices to the training processes
     if samples_first(ctx.cfg.train, method):  # sampled once here; every rank reads the same groups
