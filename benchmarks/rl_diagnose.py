@@ -2,7 +2,8 @@
 split (never the eval split).
 
 Before the phase, per category and level: the greedy answer's pass rate (pass@1, what eval
-reports), one sampled answer's pass rate and pass@k (k answers sampled at ``train.rl.temperature``):
+reports), one sampled answer's pass rate, pass@g (g = ``train.rl.generations``, what one group of a
+phase can find; estimated from the k) and pass@k (k answers sampled at ``train.rl.temperature``):
 the headroom RL can use, and the share of flat groups (all k right, or all wrong). Then a real
 phase (``train.method``: grpo, rloo) from the same checkpoint on train-split prompts with the
 verifier's reward, and every ``--every`` steps: greedy and sampled validation accuracy, the answers'
@@ -12,8 +13,11 @@ each answer's tokens), and the trainer's flat groups since the last row.
 
     python -m benchmarks.rl_diagnose --model RUN/models/student@3 --steps 300 --every 50
     python -m benchmarks.rl_diagnose --model RUN/models/student@3 --set train.rl.args='{loss_type: dr_grpo}'
+    python -m benchmarks.rl_diagnose --model RUN/models/smollm2@1 --recipe flows/recipes/smollm2_rl.yaml --steps 0
 
-``--set`` takes any config override (``train.rl.learning_rate=1e-4``); ``--dynamic-sampling`` first
+``--recipe`` reads the run's recipe (its target's system prompt, sampling temperature and verifier), and
+``--steps 0`` stops after the headroom. ``--set`` takes any config override
+(``train.rl.learning_rate=1e-4``); ``--dynamic-sampling`` first
 samples k answers to each train prompt and keeps the prompts whose answers differ, as the train
 stage does (``train.rl.dynamic_sampling``)."""
 
@@ -51,6 +55,14 @@ def generate(model, tok, texts: list[str], max_new: int, temperature: float | No
     return out
 
 
+def pass_at(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of a prompt with c right answers of n sampled: the chance that k of them,
+    drawn without replacement, hold at least one right."""
+    from math import comb
+
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
 def sequence_logprobs(model, tok, texts: list[str], answers: list[str]):
     """log p(answer + end of text | prompt) under ``model``, summed over the answer's tokens, with
     position ids counted from the attention mask (left padding, as ``generate`` sampled)."""
@@ -85,12 +97,14 @@ class Probe:
         from flywheel.players.hf import TransformersPlayer
         from judges.build import build_verifier
 
-        self.start = TransformersPlayer("start", start_path, device="cpu", dtype="float32")
+        pc = cfg.targets[0]
+        self.start = TransformersPlayer("start", start_path, system_prompt=pc.system_prompt, device="cpu",
+                                        dtype="float32")
         self.tok, self.prompts, self.k, self.seed = self.start.tokenizer, prompts, k, seed
         self.texts = [self.start.render(p) for p in prompts]
         self.verifier = build_verifier(cfg.judge.verifier)
-        pc = cfg.targets[0]
         self.max_new, self.temperature = pc.max_new_tokens, cfg.train.rl.temperature
+        self.g = min(cfg.train.rl.generations, k)  # a phase's group size: pass@g is what it can find
 
     def right(self, answer: str, i: int) -> bool:
         return self.verifier.score(answer, self.prompts[i].reference) >= 1.0
@@ -103,12 +117,14 @@ class Probe:
         by: dict[str, list] = defaultdict(list)
         for i, p in enumerate(self.prompts):
             got = [self.right(a, i) for a, _, _ in many[i * self.k:(i + 1) * self.k]]
-            row = (self.right(greedy[i][0], i), sum(got) / self.k, any(got), len(set(got)) == 1)
+            row = (self.right(greedy[i][0], i), sum(got) / self.k, any(got), len(set(got)) == 1,
+                   pass_at(self.k, sum(got), self.g))
             by[f"{p.category}/{p.level}"].append(row)
             by["all"].append(row)
         return {c: {"prompts": len(v), "greedy": round(sum(r[0] for r in v) / len(v), 3),
                     "sampled": round(sum(r[1] for r in v) / len(v), 3), "pass_at_k": round(sum(r[2] for r in v) / len(v), 3),
-                    "flat": round(sum(r[3] for r in v) / len(v), 3)} for c, v in sorted(by.items())}
+                    "flat": round(sum(r[3] for r in v) / len(v), 3),
+                    "pass_at_g": round(sum(r[4] for r in v) / len(v), 3)} for c, v in sorted(by.items())}
 
     def point(self, model) -> dict:
         greedy = generate(model, self.tok, self.texts, self.max_new, None, self.seed)
@@ -130,7 +146,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the checkpoint the phase starts from (e.g. RUN/models/student@3)")
     add_world_args(ap)
-    ap.add_argument("--steps", type=int, default=300, help="optimizer steps of the phase (default 300)")
+    ap.add_argument("--steps", type=int, default=300,
+                    help="optimizer steps of the phase (default 300; 0: the headroom at the start only)")
     ap.add_argument("--every", type=int, default=50, help="measure every this many steps (default 50)")
     ap.add_argument("--k", type=int, default=8, help="answers sampled per validation prompt for pass@k (default 8)")
     ap.add_argument("--prompts", type=int, default=3000, help="train prompts the phase may learn on (default 3000)")
@@ -138,6 +155,9 @@ def main() -> None:
     ap.add_argument("--dynamic-sampling", action="store_true", help="train only on prompts whose k answers differ")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="a config override")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--recipe", type=Path, default=None,
+                    help="the recipe the checkpoint's run used (its target's system prompt, sampling and verifier), "
+                         "e.g. flows/recipes/smollm2_rl.yaml; default: the embedded world")
     args = ap.parse_args()
 
     from datasets import Dataset
@@ -152,15 +172,19 @@ def main() -> None:
     from judges.build import build_verifier
 
     world = worlds_of(args)[0]
-    cfg = load_config(None, [*world.overrides(), *args.overrides])
+    cfg = load_config(args.recipe, [*world.overrides(), *args.overrides])
     splits = world_pools(cfg.world)
     probe = Probe(cfg, args.model, [p for p in splits.validation if p.reference is not None], args.k, args.seed)
     print(f"model {args.model}; {world.label}; {len(probe.prompts)} validation prompts; k={args.k} at temperature "
           f"{probe.temperature}; overrides {args.overrides or 'none'}", flush=True)
     headroom = probe.cells(probe.start.model)
-    print("\nheadroom at the start (validation): cell, prompts, greedy pass@1, sampled pass rate, pass@k, flat groups")
+    print(f"\nheadroom at the start (validation): cell, prompts, greedy pass@1, sampled pass rate, pass@{probe.g} "
+          f"(train.rl.generations), pass@{args.k}, flat groups of {args.k}")
     for c, v in headroom.items():
-        print(f"  {c:<8} {v['prompts']:>4}  {v['greedy']:.3f}  {v['sampled']:.3f}  {v['pass_at_k']:.3f}  {v['flat']:.3f}")
+        print(f"  {c:<8} {v['prompts']:>4}  {v['greedy']:.3f}  {v['sampled']:.3f}  {v['pass_at_g']:.3f}  "
+              f"{v['pass_at_k']:.3f}  {v['flat']:.3f}")
+    if args.steps == 0:
+        return
 
     train = [p for p in splits.train if p.reference is not None]
     random.Random(args.seed).shuffle(train)

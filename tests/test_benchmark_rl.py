@@ -25,3 +25,12 @@ def test_the_ratio_compares_the_rl_arm_else_the_last_arm_named_with_sft():
     assert ratio_arm(["sft", "rl"]) == ratio_arm(["rl", "sft", "grpo"]) == "rl"
     assert ratio_arm(["sft", "sft-gap", "rl-gap"]) == "rl-gap"
     assert ratio_arm(["grpo", "grpo-shuffled"]) is None and ratio_arm(["sft"]) is None
+
+
+def test_pass_at_g_is_the_chance_that_g_of_the_sampled_answers_hold_a_right_one():
+    from benchmarks.rl_diagnose import pass_at
+
+    assert pass_at(8, 0, 4) == 0.0 and pass_at(8, 5, 4) == 1.0  # 5 right of 8: any 4 hold one
+    assert pass_at(8, 1, 4) == pytest.approx(0.5)  # the one right answer is among the 4 drawn half the time
+    assert pass_at(8, 2, 4) == pytest.approx(1 - 15 / 70)
+    assert pass_at(8, 3, 8) == 1.0
