@@ -33,11 +33,10 @@ def test_every_tuning_world_says_what_it_steered_and_every_held_out_world_when_i
 
 def test_a_world_is_labelled_from_the_registry():
     root = Path("models")
-    assert World(1234, 0, root).label.endswith("(tuning: steered the embedded default's settings; "
-                                                "the RL methods and their settings; the online picker's "
-                                                "(train.rl.pick_online); the thinned curated rows "
-                                                "(train.rl.thin_known, off by default since its registration); "
-                                                "the few_battles recipe (8823731))")
+    tuning = World(1234, 0, root)
+    assert tuning.label.startswith("suite 1234 / pre-training 0 (tuning: steered the embedded default's settings; ")
+    entry = next(e for e in registry()["tuning"] if world_key(e)[:3] == ("tasks", 1234, 0))
+    assert tuning.label.endswith(f"(tuning: steered {entry['steered']})") and "(8823731)" in entry["steered"]
     steered = World(7, 1, root)  # held out when first run, then it chose the bandit defaults
     assert not steered.held_out and "tuning: steered the bandit reward" in steered.label
     rl = World(411, 21, root)
