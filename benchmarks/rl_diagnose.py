@@ -28,6 +28,7 @@ import json
 import random
 import tempfile
 from collections import defaultdict
+from math import comb
 from pathlib import Path
 
 from benchmarks.worlds import add_world_args, worlds_of
@@ -58,8 +59,6 @@ def generate(model, tok, texts: list[str], max_new: int, temperature: float | No
 def pass_at(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of a prompt with c right answers of n sampled: the chance that k of them,
     drawn without replacement, hold at least one right."""
-    from math import comb
-
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 

@@ -34,3 +34,26 @@ def test_pass_at_g_is_the_chance_that_g_of_the_sampled_answers_hold_a_right_one(
     assert pass_at(8, 1, 4) == pytest.approx(0.5)  # the one right answer is among the 4 drawn half the time
     assert pass_at(8, 2, 4) == pytest.approx(1 - 15 / 70)
     assert pass_at(8, 3, 8) == 1.0
+
+
+def test_the_diagnosis_samples_as_the_recipe_says_and_stops_after_the_headroom(tmp_path, tiny_models_dir):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.conftest import TINY_TASKS
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"train": {"rl": {"generations": 2, "temperature": 0.5}}}))
+    sets = [x for k, v in TINY_TASKS.items() for x in ("--set", f"world.tasks.{k}={v}")]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.rl_diagnose", "--model", str(tiny_models_dir / "student"),
+                          "--recipe", str(recipe), "--steps", "0", "--k", "4", *sets],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "k=4 at temperature 0.5" in out.stdout  # the recipe's sampling, not the embedded default's 1.0
+    assert "pass@2 (train.rl.generations), pass@4" in out.stdout
+    cells = [line.split() for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert [c[0] for c in cells][:1] == ["add/1"] and any(c[0] == "all" for c in cells)
+    assert all(float(c[4]) <= float(c[5]) for c in cells)  # pass@2 never above pass@4
+    assert "learning curve" not in out.stdout  # --steps 0: no phase
