@@ -14,7 +14,8 @@ values.
 
 Per budget and arm: the final eval accuracy of the version in use (eval split, reported only),
 mean and 95% CI over the runs; the gain of each arm over ``sft`` run by run (same world, same seed),
-mean and 95% CI; per category, the share of the best opponent's accuracy; the commonest answer's
+mean and 95% CI, and the same gain on the validation split (the one a choice on a tuning world
+reads); per category, the share of the best opponent's accuracy; the commonest answer's
 accuracy per category (a category where no model beats it is not learnable in the world), and on
 how many runs the arm reaches 0.90 of the best opponent in every learnable category, on how many it
 forgets nothing (no category's eval accuracy more than 0.02 below the starting version's), and both. The last line
@@ -142,6 +143,13 @@ def guess_by_category(overrides: list[str]) -> dict[str, float]:
 LEARNABLE_MARGIN = 0.05
 
 
+def validation_accuracy(summary: dict, target: str) -> float | None:
+    """The validation accuracy of the version ``target`` kept after the run's last iteration."""
+    from flywheel.ground.reports import in_use_eval
+
+    return (in_use_eval(summary, summary["iterations"][-1], target).get("validation") or {}).get("accuracy")
+
+
 def share(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -219,11 +227,12 @@ def main() -> None:
         kept: dict[str, list[bool]] = {a: [] for a in chosen}  # per run: no category forgotten
         guessed: dict[str, list[float]] = {}
         gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}
+        val_gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}  # what a tuning choice reads
         flat: dict[str, list[float]] = {a: [] for a in chosen}  # the last iteration's trainer's flat groups
         rm_accuracy: list[float] = []
         for w in worlds:
             for s in seeds:
-                row = {}
+                row, val = {}, {}
                 guess = guess_by_category(w.overrides())
                 for c, g in guess.items():
                     guessed.setdefault(c, []).append(g)
@@ -232,6 +241,7 @@ def main() -> None:
                     target = summary["targets"][0]
                     f = figures(summary, target)
                     row[arm] = f["accuracy"]
+                    val[arm] = validation_accuracy(summary, target)
                     acc[arm].append(f["accuracy"])
                     secs[arm].append(wall)
                     trainer = (summary["iterations"][-1].get("training", {}).get(target) or {}).get("rewards") or {}
@@ -249,13 +259,16 @@ def main() -> None:
                           for t in e.get("training", {}).values() if t.get("reward_model")]
                     if arm == "rm" and rm and rm[-1] is not None:
                         rm_accuracy.append(rm[-1])
-                    print(f"{w.label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (best opponent "
+                    print(f"{w.label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (validation "
+                          f"{share(val[arm])}; best opponent "
                           f"{f['best_opponent']:.3f}), worst category {f['worst_category_name']} "
                           f"{f['worst_category']:.2f} of the best opponent's, forgot {f['forgot']}, {wall:.0f} s"
                           f"{own_answers(summary, target, b)}")
                 for arm in gains:
                     if "sft" in row:
                         gains[arm].append(row[arm] - row["sft"])
+                    if "sft" in row and val[arm] is not None and val["sft"] is not None:
+                        val_gains[arm].append(val[arm] - val["sft"])
         for arm in chosen:
             m, h = mean_ci(acc[arm])
             print(f"{arm:<4} final eval accuracy {m:.3f} +- {h:.3f} over {len(acc[arm])} runs; median wall time "
@@ -265,6 +278,9 @@ def main() -> None:
                 m, h = mean_ci(g)
                 print(f"gain of {arm} over sft: {m:+.3f} +- {h:.3f} (95% CI, paired by world and seed; "
                       f"{'above zero' if m - h > 0 else 'not above zero'})")
+            if val_gains[arm]:
+                m, h = mean_ci(val_gains[arm])
+                print(f"gain of {arm} over sft on the validation split: {m:+.3f} +- {h:.3f} (what a tuning run reads)")
         for arm, got in flat.items():
             if got:
                 m, h = mean_ci(got)

@@ -57,3 +57,14 @@ def test_the_diagnosis_samples_as_the_recipe_says_and_stops_after_the_headroom(t
     assert [c[0] for c in cells][:1] == ["add/1"] and any(c[0] == "all" for c in cells)
     assert all(float(c[4]) <= float(c[5]) for c in cells)  # pass@2 never above pass@4
     assert "learning curve" not in out.stdout  # --steps 0: no phase
+
+
+def test_a_tuning_choice_reads_the_validation_accuracy_of_the_version_kept_not_of_the_newest():
+    from benchmarks.rl import validation_accuracy
+
+    summary = {"iterations": [
+        {"iteration": 1, "current": {"s": "s@1"}, "eval": {"s@1": {"accuracy": 0.5, "validation": {"accuracy": 0.4}}}},
+        {"iteration": 2, "current": {"s": "s@1"}, "eval": {"s@2": {"accuracy": 0.6, "validation": {"accuracy": 0.3}}}}]}
+    assert validation_accuracy(summary, "s") == 0.4  # s@2 was not promoted
+    summary["iterations"][1]["current"] = {"s": "s@2"}
+    assert validation_accuracy(summary, "s") == 0.3

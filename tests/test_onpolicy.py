@@ -483,6 +483,31 @@ def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(
     assert stage["sampling"]["answers"] == len(sampled) and stage["rewards"]["scored"] == len(trained)
 
 
+def test_left_out_categories_get_none_of_the_own_answers_and_keep_their_curated_rows(tiny_models_dir, tmp_path):
+    """train.rl.leave_out [count, sub] in a tiny run: the target's own answers are sampled to prompts
+    of the other categories only (the first round alone, ties at the prior, would otherwise reach
+    every category), while the phase still trains on the curated rows of those."""
+    from flywheel.learning.curation import load_dataset_dir
+
+    rl = {"generations": 4, "reward": "tests.test_onpolicy:odd_crc", "prompts": "train", "answers": 128,
+          "leave_out": ["count", "sub"]}
+    run = run_stages(tiny_models_dir, tmp_path, "out", train__method="sft+expert", train__rl=rl)
+    own = {r["category"] for r in load_dataset_dir(run / "iter-0001" / "rollouts").to_list()}
+    curated = {r["category"] for r in load_dataset_dir(run / "iter-0001" / "sft").to_list()}
+    assert len(own) >= 3 and not own & {"count", "sub"} and curated & {"count", "sub"}
+
+
+@pytest.mark.parametrize("over, says", [
+    ({"train": {"method": "sft+expert", "rl": {"leave_out": ["cnt"]}}}, r"train.rl.leave_out: \['cnt'\] are not"),
+    ({"train": {"method": "sft+expert", "rl": {"leave_out": ["add"]}}, "world": {"tasks": {"categories": ["add"]}}},
+     "leaves out every category")])
+def test_leave_out_is_refused_where_it_cannot_act(over, says):
+    from flywheel.config.tree import FlywheelConfig
+
+    with pytest.raises(ValueError, match=says):
+        FlywheelConfig.model_validate(over)
+
+
 def test_learning_on_every_train_prompt_needs_a_reward_that_reads_the_prompt_alone():
     from flywheel.config.tree import FlywheelConfig
 

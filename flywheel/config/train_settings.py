@@ -88,6 +88,10 @@ class RLConfig(Strict):
                             "multiplied by 1 + gap_pick x g, g the best opponent's validation accuracy in the prompt's "
                             "category minus that of the version trained from (at least 0), so that more of the answers "
                             "go to the categories the target trails. 0: the posterior alone. Task worlds only.")
+    leave_out: list[str] = Field([], description="Categories whose prompts the target's own answers leave out: "
+                                 "never sampled before a phase, never picked by GRPO or RLOO (e.g. one where a right "
+                                 "sampled answer is a guess: its commonest answer scores as well as the target). "
+                                 "Their curated rows still train.")
     max_failed: float = Field(0.5, ge=0, le=1, description="A phase whose share of failed rewards (errors, no "
                               "verdict, no reference) is over this stops the run with an error; no version is made "
                               "from it.")

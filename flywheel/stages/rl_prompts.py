@@ -74,17 +74,19 @@ def rl_prompts(ctx: Context, k: int, t: str):
     by the select stage's bandits): the prompt as the target reads it, its text, reference,
     category and the baseline answer a judge reward compares with: the opponent's answer in a
     battle the opponent won on that state, else in a tie, else any. Eval and validation prompts
-    never pass. In a conversation every user turn is a state (``turn_states``); with the verifier
-    reward a later turn without a reference is left out (nothing could score it)."""
+    never pass, nor do the categories ``train.rl.leave_out`` names. In a conversation every user
+    turn is a state (``turn_states``); with the verifier reward a later turn without a reference is
+    left out (nothing could score it)."""
     from datasets import Dataset
 
     held_out = {p.text for p in ctx.eval_split} | {p.text for p in ctx.validation}
+    left_out = set(ctx.cfg.train.rl.leave_out)
     checkable_only = ctx.cfg.train.rl.reward == "verifier"
     rows: dict[str, dict] = {}
     talks = False
     for jb in ctx.store.judged(k, "train"):
         b = jb.battle
-        if t not in (base_name(b.model_a), base_name(b.model_b)) or b.prompt in held_out:
+        if t not in (base_name(b.model_a), base_name(b.model_b)) or b.prompt in held_out or b.category in left_out:
             continue
         talks = talks or b.multi_turn
         mine_a = base_name(b.model_a) == t
@@ -103,10 +105,11 @@ def rl_prompts(ctx: Context, k: int, t: str):
                            baseline_conversation=encode(s.baseline_conversation))
     if ctx.cfg.train.rl.prompts == "train" and not talks:  # every train prompt with a reference, not only the battles'
         for p in ctx.train_pool:
-            if p.reference is not None and p.text not in held_out and p.id not in rows:
-                rows[p.id] = {"prompt_text": p.text, "reference": p.reference, "prompt_id": p.id, "category": p.category,
-                              "level": p.level, "baseline": None, "baseline_model": None, "rank": -1.0, "turn": 1,
-                              "history": "", "baseline_conversation": ""}
+            if p.reference is None or p.text in held_out or p.id in rows or p.category in left_out:
+                continue
+            rows[p.id] = {"prompt_text": p.text, "reference": p.reference, "prompt_id": p.id, "category": p.category,
+                          "level": p.level, "baseline": None, "baseline_model": None, "rank": -1.0, "turn": 1,
+                          "history": "", "baseline_conversation": ""}
     chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
     drop = {"rank"} | (set() if talks else set(CONVERSATION_COLUMNS))
     data = [{**{c: v for c, v in r.items() if c not in drop},
