@@ -260,7 +260,7 @@ def main() -> None:
                     if arm == "rm" and rm and rm[-1] is not None:
                         rm_accuracy.append(rm[-1])
                     print(f"{w.label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (validation "
-                          f"{share(val[arm])}; best opponent "
+                          f"{'n/a' if val[arm] is None else format(val[arm], '.3f')}; best opponent "
                           f"{f['best_opponent']:.3f}), worst category {f['worst_category_name']} "
                           f"{f['worst_category']:.2f} of the best opponent's, forgot {f['forgot']}, {wall:.0f} s"
                           f"{own_answers(summary, target, b)}")
@@ -269,6 +269,7 @@ def main() -> None:
                         gains[arm].append(row[arm] - row["sft"])
                     if "sft" in row and val[arm] is not None and val["sft"] is not None:
                         val_gains[arm].append(val[arm] - val["sft"])
+                        print(f"{w.label}, seed {s}, {arm}: validation gain over sft {val_gains[arm][-1]:+.3f}")
         for arm in chosen:
             m, h = mean_ci(acc[arm])
             print(f"{arm:<4} final eval accuracy {m:.3f} +- {h:.3f} over {len(acc[arm])} runs; median wall time "
@@ -280,7 +281,8 @@ def main() -> None:
                       f"{'above zero' if m - h > 0 else 'not above zero'})")
             if val_gains[arm]:
                 m, h = mean_ci(val_gains[arm])
-                print(f"gain of {arm} over sft on the validation split: {m:+.3f} +- {h:.3f} (what a tuning run reads)")
+                print(f"gain of {arm} over sft on the validation split: {m:+.3f} +- {h:.3f} over {len(val_gains[arm])} "
+                      "runs (what a tuning run reads)")
         for arm, got in flat.items():
             if got:
                 m, h = mean_ci(got)

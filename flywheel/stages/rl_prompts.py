@@ -14,6 +14,7 @@ to that answer: judges judge conversations whole, as in battles.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from flywheel.arena.conversations import turn_prompt
@@ -21,6 +22,8 @@ from flywheel.ground.chat import prompt_as_read
 from flywheel.ground.conversation import Message, decode, encode, plain
 from flywheel.ground.records import SCORE_A, Battle, Prompt, base_name
 from flywheel.run.context import Context
+
+log = logging.getLogger("flywheel")
 
 # The dataset columns a conversation adds to every row (each row has them when any row is a
 # conversation's): the 1-based user turn, the earlier messages (JSON, each user turn with its
@@ -115,4 +118,7 @@ def rl_prompts(ctx: Context, k: int, t: str):
     data = [{**{c: v for c, v in r.items() if c not in drop},
              "prompt": prompt_as_read(r["prompt_text"], plain(decode(r["history"])), chat, system)}
             for r in rows.values()]
+    if left_out and not data:
+        log.warning("%s: no RL prompt in iteration %d outside train.rl.leave_out %s: its phase learns from no "
+                    "own answers", t, k, sorted(left_out))
     return Dataset.from_list(data) if data else Dataset.from_dict({"prompt": []})
