@@ -105,6 +105,27 @@ def test_pools_join_the_train_pool_without_eval_prompts(tmp_path):
     assert world_pools(cfg.world)[0][-1].text == "fine"
 
 
+def test_leave_out_with_a_pool_names_categories_of_its_train_prompts_and_leaves_some(tmp_path):
+    """`flywheel check` reads the pool for train.rl.leave_out: a pool's own category may be left
+    out, a misspelt one is refused, and so is a list that leaves no category."""
+    from flywheel.config.world_settings import CATEGORIES
+    from flywheel.face.checks import leave_out_problems, problems
+
+    pool = jsonl(tmp_path / "pool.jsonl", [{"prompt": "Explain arena learning", "category": "writing"}])
+
+    def check(out: list[str]) -> list[str]:
+        return leave_out_problems(FlywheelConfig.model_validate(
+            {"world": {"prompt_pools": [{"path": str(pool)}]}, "train": {"rl": {"leave_out": out}}}))
+
+    assert check(["writing", "count"]) == []
+    assert check(["writng"]) == [f"train.rl.leave_out: ['writng'] are not categories of the train prompts "
+                                 f"{sorted([*CATEGORIES, 'writing'])}"]
+    assert "leaves out every category" in check([*CATEGORIES, "writing"])[0]
+    cfg = FlywheelConfig.model_validate({"world": {"prompt_pools": [{"path": str(pool)}]},
+                                         "train": {"rl": {"leave_out": ["writng"]}}})
+    assert any(line.startswith("train.rl.leave_out") for line in problems(cfg))
+
+
 def test_ingest_command_reports_and_writes_a_pool(tmp_path):
     a = jsonl(tmp_path / "a.jsonl", [{"instruction": "x"}, {"instruction": "y", "category": "c"}])
     b = jsonl(tmp_path / "b.jsonl", [{"prompt": "x"}, {"nope": 1}])

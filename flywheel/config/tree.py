@@ -372,7 +372,7 @@ class FlywheelConfig(Strict):
                              "iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or rloo with "
                              "train.rl.dynamic_sampling, or with train.rl.pick_online in one process)")
         out, cats = tc.rl.leave_out, self.world.tasks.categories
-        if out and not self.world.prompt_pools:  # a prompt pool's categories may be any
+        if out and not self.world.prompt_pools:  # with pools, flywheel check reads them (face/checks.py)
             if bad := [c for c in out if c not in cats]:
                 raise ValueError(f"train.rl.leave_out: {bad} are not categories of world.tasks.categories {cats}")
             if set(cats) <= set(out):

@@ -176,6 +176,23 @@ def reward_source_problems(cfg: FlywheelConfig) -> list[str]:
             f"train.method {', '.join(methods)} could be scored; add references, or use train.rl.reward judge"]
 
 
+def leave_out_problems(cfg: FlywheelConfig) -> list[str]:
+    """With prompt pools, ``train.rl.leave_out`` names categories of the train pool (the task
+    suite's and the pools' rows) and leaves some (without pools the config itself checks it)."""
+    out = cfg.train.rl.leave_out
+    if not out or not cfg.world.prompt_pools:
+        return []
+    try:
+        cats = sorted({p.category for p in world_pools(cfg.world).train})
+    except (OSError, ValueError):
+        return []  # reported by the prompt pools' own check
+    if bad := [c for c in out if c not in cats]:
+        return [f"train.rl.leave_out: {bad} are not categories of the train prompts {cats}"]
+    if set(cats) <= set(out):
+        return ["train.rl.leave_out leaves out every category of the train prompts: none is left to learn from"]
+    return []
+
+
 def reward_model_problems(cfg: FlywheelConfig) -> list[str]:
     """A reward model named by path (a GRPO reward, or the judge) holds a model."""
     paths = {"train.rl.reward_model": cfg.train.rl.reward_model if uses_rl(cfg) else None,
@@ -312,7 +329,7 @@ def problems(cfg: FlywheelConfig) -> list[str]:
     out += template_problems(cfg)
     out += reward_model_problems(cfg)
     out += function_problems(functions)
-    out += reward_source_problems(cfg)
+    out += reward_source_problems(cfg) + leave_out_problems(cfg)
     if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
     out += evolve_problems(cfg)
