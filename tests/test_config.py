@@ -160,6 +160,10 @@ def _bad_inputs(tmp_path):
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "
          "per completion"),
+        (["--set", "train.method=sft+expert", "--set", "train.rl.leave_out=[cnt]"], "error: train.rl.leave_out: "
+         "['cnt'] are not categories of the train prompts ['add', 'count', 'mul', 'rev', 'sort', 'sub']"),
+        (["--set", "world.tasks.categories=[add]", "--set", "train.rl.leave_out=[add]"], "error: train.rl.leave_out "
+         "leaves out every category of the train prompts: none is left to learn from"),
     ]
 
 

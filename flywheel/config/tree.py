@@ -371,12 +371,6 @@ class FlywheelConfig(Strict):
             raise ValueError("train.rl.gap_pick weighs how prompts are picked for the target's own answers, and no "
                              "iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or rloo with "
                              "train.rl.dynamic_sampling, or with train.rl.pick_online in one process)")
-        out, cats = tc.rl.leave_out, self.world.tasks.categories
-        if out and not self.world.prompt_pools:  # with pools, flywheel check reads them (face/checks.py)
-            if bad := [c for c in out if c not in cats]:
-                raise ValueError(f"train.rl.leave_out: {bad} are not categories of world.tasks.categories {cats}")
-            if set(cats) <= set(out):
-                raise ValueError("train.rl.leave_out leaves out every category: no prompt is left to learn from")
         if not rl:
             return
         if any(m in ONLINE_METHODS for m in plan) and tc.batch_size % tc.rl.generations:
@@ -395,4 +389,3 @@ class FlywheelConfig(Strict):
             raise ValueError(f"train.rl.reward reward_model: iteration {rl[0]} trains with grpo, but no reward model "
                              "is named (train.rl.reward_model) and no earlier iteration trains one (method reward "
                              "in train.schedule)")
-

@@ -177,10 +177,10 @@ def reward_source_problems(cfg: FlywheelConfig) -> list[str]:
 
 
 def leave_out_problems(cfg: FlywheelConfig) -> list[str]:
-    """With prompt pools, ``train.rl.leave_out`` names categories of the train pool (the task
-    suite's and the pools' rows) and leaves some (without pools the config itself checks it)."""
+    """``train.rl.leave_out`` names categories of the train prompts (the task suite's, and the
+    prompt pools' rows) and leaves some. A games world has none, and learns from no own answers."""
     out = cfg.train.rl.leave_out
-    if not out or not cfg.world.prompt_pools:
+    if not out or cfg.world.kind != "tasks":
         return []
     try:
         cats = sorted({p.category for p in world_pools(cfg.world).train})
