@@ -32,6 +32,10 @@ for key, value in {
     "TRANSFORMERS_VERBOSITY": "error",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    # The session's one Prefect server (SQLite) serves every worker's runs at once; on 2 busy cores
+    # its database can stay locked past the client's 5 retries (62 s), which answer 503 to a task's
+    # tag-concurrency call and fail a run. 7 retries wait up to 254 s before giving up.
+    "PREFECT_CLIENT_MAX_RETRIES": "7",
 }.items():
     os.environ.setdefault(key, value)
 
