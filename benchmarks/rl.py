@@ -30,6 +30,7 @@ an ``rl`` arm, the last arm named; with no ``sft`` arm, no ratio).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -150,6 +151,13 @@ def validation_accuracy(summary: dict, target: str) -> float | None:
     return (in_use_eval(summary, summary["iterations"][-1], target).get("validation") or {}).get("accuracy")
 
 
+def keep_summaries(folder: Path, summaries: dict[str, dict]) -> None:
+    """Each run's summary.json as ``folder/<name>.json``, so that a reader can check the figures."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, summary in summaries.items():
+        (folder / f"{name}.json").write_text(json.dumps(summary, indent=1))
+
+
 def share(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -191,6 +199,9 @@ def main() -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="an override for both arms")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
+    ap.add_argument("--summaries", type=Path, default=None,
+                    help="a folder to keep each run's summary.json in, named after the run "
+                         "(<arm>-<steps>-t<suite>-w<pre-training>-s<seed>.json)")
     args = ap.parse_args()
     quiet_runs()
     worlds = worlds_of(args)  # --registered sets the seeds too
@@ -217,6 +228,9 @@ def main() -> None:
                                         f"run.name={arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"], Path(tmp), args.recipe)
                                    for arm, b, w, s in jobs], args.jobs)
     results = {(arm, b, w, s): r for (arm, b, w, s), r in zip(jobs, done)}
+    if args.summaries is not None:
+        keep_summaries(args.summaries, {f"{arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}": summary
+                                        for (arm, b, w, s), (summary, _) in results.items()})
     last_ratio = None
     for b in budgets:
         print(f"\n-- train.steps {b} --")

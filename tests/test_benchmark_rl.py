@@ -68,3 +68,14 @@ def test_a_tuning_choice_reads_the_validation_accuracy_of_the_version_kept_not_o
     assert validation_accuracy(summary, "s") == 0.4  # s@2 was not promoted
     summary["iterations"][1]["current"] = {"s": "s@2"}
     assert validation_accuracy(summary, "s") == 0.3
+
+
+def test_each_runs_summary_is_kept_under_its_runs_name_for_a_reader_to_check(tmp_path):
+    import json
+
+    from benchmarks.rl import keep_summaries
+
+    runs = {"sft-120-t1234-w0-s0": {"iterations": [{"iteration": 0}]}, "rl-120-t1234-w0-s1": {"iterations": []}}
+    keep_summaries(tmp_path / "kept", runs)
+    kept = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "kept").glob("*.json")}
+    assert kept == runs
