@@ -148,6 +148,9 @@ def _bad_inputs(tmp_path):
         (["--set", "train.method=grpo", "--set", "train.rl.reward=reward_model", "--set",
           f"train.rl.reward_model={tmp_path / 'no-rm'}"], f"error: train.rl.reward_model: {tmp_path / 'no-rm'} does not "
          "exist (a reward model a run trained: <run>/reward-models/<target>@<k>)"),
+        (["--set", "train.method=sft+grpo", "--set", "train.rl.reward=reward_model"], "error: invalid config: "
+         "train.rl.reward reward_model: iteration 1 trains with grpo, but no reward model is named "
+         "(train.rl.reward_model) and no earlier iteration trains one (method reward in train.schedule)"),
         (["--set", "train.method=grpo", "--set", "train.rl.reward=no_such_module:score"],
          "error: train.rl.reward: kind 'no_such_module:score': cannot import 'no_such_module': No module named "
          "'no_such_module'"),

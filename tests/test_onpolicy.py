@@ -329,6 +329,28 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     assert changed(tiny_models_dir / "student", run / "models" / "student@1")
 
 
+def test_on_policy_dpo_in_a_run_trains_on_pairs_of_the_targets_own_passed_and_failed_answers(tiny_models_dir, tmp_path):
+    """train.method onpolicy_dpo: the iteration samples the target's own answers, keeps them as its
+    rollouts, and trains DPO on pairs of them: in every group that teaches, each distinct passed
+    answer with a distinct failed one, in turn; a flat group gives no pair."""
+    from flywheel.learning.curation import load_dataset_dir
+
+    run = run_stages(tiny_models_dir, tmp_path, "odpo", run__iterations=1, train__method="onpolicy_dpo",
+                     train__rl={"generations": 4, "reward": "tests.test_onpolicy:odd_crc"})
+    trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
+    own = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    assert len(own) == trained["sampling"]["answers"] > 0
+    groups: dict[str, list[dict]] = {}
+    for r in own:
+        groups.setdefault(r["prompt_id"], []).append(r)
+    teach = [g for g in groups.values() if len({r["reward"] for r in g}) > 1]
+    pairs = sum(min(len({r["completion"] for r in g if r["reward"] == 1.0}),
+                    len({r["completion"] for r in g if r["reward"] == 0.0})) for g in teach)
+    assert teach and len(teach) < len(groups) and pairs > 0  # some groups flat, some teach
+    assert trained["examples"] == pairs and trained["steps"] > 0
+    assert changed(tiny_models_dir / "student", run / "models" / "student@1")
+
+
 def test_gap_pick_spends_the_first_round_on_the_categories_its_target_trails_most(tiny_models_dir, tmp_path):
     """train.rl.gap_pick 2 in a tiny run: the train stage records each category's weight, 1 + 2 x
     the best opponent's validation accuracy there minus student@0's (at least 1), and the first
@@ -463,6 +485,27 @@ def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(ti
     assert not (run / "iter-0001" / "stages" / "train.json").exists()
 
 
+def never(prompts, completions, **columns):
+    return [None] * len(completions)
+
+
+def test_a_grpo_phase_whose_rewards_mostly_fail_makes_no_version_and_keeps_no_step_of_it(tiny_models_dir, tmp_path):
+    """GRPO without dynamic sampling (nothing sampled before the phase: its trainer's rewards are
+    the first): a reward that never gives a number stops the run once the phase's steps are scored,
+    with train.rl.max_failed's error; no version is made, and the phase's steps are not kept (a run
+    resumed once the reward is fixed trains the phase again from its start)."""
+    from flywheel.learning.rl import RewardsFailed
+
+    with pytest.raises(RewardsFailed, match=r"train.rl.reward tests.test_onpolicy:never: 100% of target student@1's "
+                                            r"rewards failed \(over train.rl.max_failed 50%"):
+        run_stages(tiny_models_dir, tmp_path, "never", run__iterations=1, train__method="grpo",
+                   train__rl={"generations": 4, "reward": "tests.test_onpolicy:never", "dynamic_sampling": False})
+    run = tmp_path / "never"
+    assert not (run / "models" / "student@1").exists() and not (run / "iter-0001" / "stages" / "train.json").exists()
+    log_ = run / "iter-0001" / "rollouts-log" / "student.jsonl"  # the phase's steps' rollouts, as they were scored
+    assert log_.exists() and not [r for r in map(json.loads, log_.read_text().splitlines()) if r["step"] > 0]
+
+
 def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(tiny_models_dir, tmp_path):
     """train.rl.dynamic_sampling (the default) with shuffled passes (pick_online false): the answers
     sampled before the phase are its rollouts' step 0; the trainer's steps learn only on the prompts
@@ -478,7 +521,8 @@ def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(
         rewards.setdefault(r["prompt_id"], set()).add(r["reward"])
     teach = {p for p, got in rewards.items() if len(got) > 1}
     trained = [r for r in rows if r["step"] > 0]
-    assert teach and trained and {r["prompt_id"] for r in trained} <= teach
+    assert teach and set(rewards) - teach  # some prompts' answers all got one reward: those are dropped
+    assert trained and {r["prompt_id"] for r in trained} <= teach
     stage = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     assert stage["sampling"]["answers"] == len(sampled) and stage["rewards"]["scored"] == len(trained)
 
