@@ -527,6 +527,31 @@ def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(
     assert stage["sampling"]["answers"] == len(sampled) and stage["rewards"]["scored"] == len(trained)
 
 
+def longer(prompt, a, b, reference):
+    """A custom judge that decides every battle, with or without a reference: the longer answer wins."""
+    return "A" if len(a) > len(b) else "B" if len(b) > len(a) else "tie"
+
+
+def test_the_verifier_reward_samples_no_own_answer_to_a_pool_prompt_without_a_reference(tiny_models_dir, tmp_path):
+    """A prompt pool of open prompts (no reference answer) beside the task suite, under a judge that
+    decides them: the battles reach them, and the verifier reward, which could score none of them, samples its own answers only to
+    the prompts with a reference (none of its rewards fails)."""
+    from flywheel.ground.store import RunStore
+    from flywheel.learning.curation import load_dataset_dir
+
+    pool = tmp_path / "open.jsonl"
+    pool.write_text("".join(json.dumps({"prompt": f"Tell me a story about the number {i}.", "category": "chat"}) + "\n"
+                            for i in range(200)))
+    run = run_stages(tiny_models_dir, tmp_path, "open", run__iterations=1, train__method="sft+expert",
+                     train__rl={"generations": 4}, world__prompt_pools=[{"path": str(pool)}],
+                     world__tasks__categories=["add", "sub"], world__tasks__levels=[1],  # 3 cells, one of them open
+                     judge={"kind": "custom", "custom": "tests.test_onpolicy:longer"})
+    battled = {j.battle.prompt_id: j.battle.reference for j in RunStore(run).judged(1, "train")}
+    assert any(ref is None for ref in battled.values())  # the bandit picked open prompts too
+    own = load_dataset_dir(run / "iter-0001" / "rollouts").to_list()
+    assert own and all(battled[r["prompt_id"]] is not None and r["reward"] is not None for r in own)
+
+
 def test_left_out_categories_get_none_of_the_own_answers_and_keep_their_curated_rows(tiny_models_dir, tmp_path):
     """train.rl.leave_out [count, sub] in a tiny run: the target's own answers are sampled to prompts
     of the other categories only (the first round alone, ties at the prior, would otherwise reach

@@ -160,22 +160,6 @@ def cannot_score(fn) -> str | None:
     return None
 
 
-def reward_source_problems(cfg: FlywheelConfig) -> list[str]:
-    """A method that learns from rewards needs prompts its reward can score: the verifier needs
-    reference answers in the train prompts of the world's prompt pools."""
-    if not uses_rl(cfg) or cfg.train.rl.reward != "verifier" or not cfg.world.prompt_pools:
-        return []
-    try:
-        pools = world_pools(cfg.world)
-    except (OSError, ValueError):
-        return []  # reported by the prompt pools' own check
-    if any(p.reference is not None for p in pools.train):
-        return []
-    methods = sorted(cfg.train.methods(max(cfg.run.iterations, len(cfg.train.schedule))) & set(RL_METHODS))
-    return [f"train.rl.reward verifier: no train prompt of world.prompt_pools has a reference answer, so no answer of "
-            f"train.method {', '.join(methods)} could be scored; add references, or use train.rl.reward judge"]
-
-
 def leave_out_problems(cfg: FlywheelConfig) -> list[str]:
     """``train.rl.leave_out`` names categories of the train prompts (the task suite's, and the
     prompt pools' rows) and leaves some. A games world has none, and learns from no own answers."""
@@ -329,7 +313,7 @@ def problems(cfg: FlywheelConfig) -> list[str]:
     out += template_problems(cfg)
     out += reward_model_problems(cfg)
     out += function_problems(functions)
-    out += reward_source_problems(cfg) + leave_out_problems(cfg)
+    out += leave_out_problems(cfg)
     if cfg.world.kind == "games" and cfg.select.reward == "validation-progress":
         out.append(GAMES_HAVE_NO_VALIDATION_ANSWERS)
     out += evolve_problems(cfg)

@@ -78,14 +78,15 @@ def rl_prompts(ctx: Context, k: int, t: str):
     category and the baseline answer a judge reward compares with: the opponent's answer in a
     battle the opponent won on that state, else in a tie, else any. Eval and validation prompts
     never pass, nor do the categories ``train.rl.leave_out`` names. In a conversation every user
-    turn is a state (``turn_states``); with the verifier reward a later turn without a reference is
-    left out (nothing could score it)."""
+    turn is a state (``turn_states``); with the verifier reward a state without a reference (a later
+    turn, a prompt pool's open prompt) is left out: nothing could score it."""
     from datasets import Dataset
 
     held_out = {p.text for p in ctx.eval_split} | {p.text for p in ctx.validation}
     left_out = set(ctx.cfg.train.rl.leave_out)
     checkable_only = ctx.cfg.train.rl.reward == "verifier"
     rows: dict[str, dict] = {}
+    unscorable: set[str] = set()
     talks = False
     for jb in ctx.store.judged(k, "train"):
         b = jb.battle
@@ -96,7 +97,8 @@ def rl_prompts(ctx: Context, k: int, t: str):
         opp = b.model_b if mine_a else b.model_a
         opp_score = 1.0 - SCORE_A[jb.winner] if mine_a else SCORE_A[jb.winner]
         for s in turn_states(b, mine_a):
-            if s.turn > 1 and checkable_only and s.reference is None:
+            if checkable_only and s.reference is None:
+                unscorable.add(s.prompt_id)
                 continue
             row = rows.setdefault(s.prompt_id, {
                 "prompt_text": s.text, "reference": s.reference, "prompt_id": s.prompt_id, "category": b.category,
@@ -113,6 +115,9 @@ def rl_prompts(ctx: Context, k: int, t: str):
             rows[p.id] = {"prompt_text": p.text, "reference": p.reference, "prompt_id": p.id, "category": p.category,
                           "level": p.level, "baseline": None, "baseline_model": None, "rank": -1.0, "turn": 1,
                           "history": "", "baseline_conversation": ""}
+    if unscorable:
+        log.info("%s: %d states of iteration %d's battles have no reference answer: the verifier reward cannot "
+                 "score them, so its own answers are not sampled there", t, len(unscorable), k)
     chat, system = ctx.roster.is_chat(t), ctx.roster.config(t).system_prompt
     drop = {"rank"} | (set() if talks else set(CONVERSATION_COLUMNS))
     data = [{**{c: v for c, v in r.items() if c not in drop},
