@@ -485,21 +485,28 @@ def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(ti
     assert not (run / "iter-0001" / "stages" / "train.json").exists()
 
 
+NEVER_CALLED: list[int] = []  # the answers of each call of ``never``
+
+
 def never(prompts, completions, **columns):
+    NEVER_CALLED.append(len(completions))
     return [None] * len(completions)
 
 
 def test_a_grpo_phase_whose_rewards_mostly_fail_makes_no_version_and_keeps_no_step_of_it(tiny_models_dir, tmp_path):
     """GRPO without dynamic sampling (nothing sampled before the phase: its trainer's rewards are
-    the first): a reward that never gives a number stops the run once the phase's steps are scored,
-    with train.rl.max_failed's error; no version is made, and the phase's steps are not kept (a run
-    resumed once the reward is fixed trains the phase again from its start)."""
+    the first): a reward that never gives a number stops the phase after a tenth of its steps, and
+    the run with train.rl.max_failed's error; no version is made, and the phase's steps are not kept
+    (a run resumed once the reward is fixed trains the phase again from its start)."""
     from flywheel.learning.rl import RewardsFailed
+
+    NEVER_CALLED.clear()
 
     with pytest.raises(RewardsFailed, match=r"train.rl.reward tests.test_onpolicy:never: 100% of target student@1's "
                                             r"rewards failed \(over train.rl.max_failed 50%"):
-        run_stages(tiny_models_dir, tmp_path, "never", run__iterations=1, train__method="grpo",
+        run_stages(tiny_models_dir, tmp_path, "never", run__iterations=1, train__method="grpo", train__steps=10,
                    train__rl={"generations": 4, "reward": "tests.test_onpolicy:never", "dynamic_sampling": False})
+    assert len(NEVER_CALLED) == 1  # one step's answers of the phase's 10: it stopped after the first
     run = tmp_path / "never"
     assert not (run / "models" / "student@1").exists() and not (run / "iter-0001" / "stages" / "train.json").exists()
     log_ = run / "iter-0001" / "rollouts-log" / "student.jsonl"  # the phase's steps' rollouts, as they were scored

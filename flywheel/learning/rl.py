@@ -99,6 +99,7 @@ class RecordedReward:
                  at: float = 1.0) -> None:
         self.scorer, self.log, self.generations = scorer, log, generations
         self.outcomes, self.at = outcomes, at  # where each scored group is told to an OnlinePicker
+        self.given = self.failed = 0  # rewards asked for and failed since this process started the phase
 
     def __call__(self, prompts: list, completions: list, completion_ids=None, trainer_state=None,
                  **columns: Any) -> list[float | None]:
@@ -106,6 +107,8 @@ class RecordedReward:
         texts = [text_of(c) for c in completions]
         prompt_texts = columns.get("prompt_text") or [text_of(p) if isinstance(p, list) else str(p) for p in prompts]
         scored = scored_safely(self.scorer, list(prompt_texts), texts, columns)
+        self.given += len(scored)
+        self.failed += sum(finite(r) is None for r, _ in scored)
         step = (trainer_state.global_step if trainer_state is not None else 0) + 1  # the step being taken
         call, self.log.calls = self.log.calls, self.log.calls + 1
         self.log.append([{"prompt": prompt_texts[i], "completion": texts[i], "reward": r, "error": err,

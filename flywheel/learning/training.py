@@ -198,6 +198,25 @@ class TrainJob:
     state_dir: Path | None = None
 
 
+def failed_rewards_stop(reward: RecordedReward, max_failed: float, steps: int):
+    """A TrainerCallback that ends a GRPO or RLOO phase after a tenth of its ``steps`` (at least one)
+    where more of its rewards so far failed than ``max_failed``: the check at the phase's end then
+    stops the run, without the rest of the steps. In one process only: under several, each sees its
+    own share of the rewards, and one stopping alone would leave the others waiting."""
+    from transformers import TrainerCallback
+
+    at = max(1, steps // 10)
+
+    class _Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if (args.world_size == 1 and state.global_step == at and reward.given
+                    and reward.failed / reward.given > max_failed):
+                log.warning("%d of the phase's first %d rewards failed: it stops here", reward.failed, reward.given)
+                control.should_training_stop = True
+
+    return _Stop()
+
+
 def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None, *,
                   rl: RLPhase | None = None, callbacks: tuple = ()) -> TrainResult:
     """Train ``job.base`` into ``job.out`` by ``job.method`` (default ``cfg.method``): SFT on
@@ -265,10 +284,10 @@ def train_version(job: TrainJob, cfg: TrainConfig, sft_data=None, dpo_data=None,
                 outcomes = outcomes_of(record.read(), cfg.rl.pass_reward) if picks else None
                 if outcomes is not None:
                     trainer_class = picking(trainer_class, online_picker(data, outcomes, cfg.rl, rl.weights))
+                reward = RecordedReward(rl.scorer, record, cfg.rl.generations, outcomes, cfg.rl.pass_reward)
                 trainer = trainer_class(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                                        reward_funcs=RecordedReward(rl.scorer, record, cfg.rl.generations, outcomes,
-                                                                    cfg.rl.pass_reward),
-                                        peft_config=peft)
+                                        reward_funcs=reward, peft_config=peft)
+                trainer.add_callback(failed_rewards_stop(reward, cfg.rl.max_failed, per_stage))
             else:
                 from trl import DPOConfig, DPOTrainer
 
