@@ -485,6 +485,16 @@ def test_a_phase_whose_rewards_mostly_fail_stops_the_run_and_makes_no_version(ti
     assert not (run / "iter-0001" / "stages" / "train.json").exists()
 
 
+def test_a_reward_that_is_not_a_finite_number_counts_as_failed():
+    """The trainer takes NaN or infinity as no reward, so the phase's check counts them as failed."""
+    from flywheel.learning.rl import RewardsFailed, check_rewards
+
+    rl = TrainConfig().rl
+    check_rewards(rl, "student@1", [1.0, 0.0, float("nan")], [None, None, None])  # a third failed: under 50%
+    with pytest.raises(RewardsFailed, match="67% of target student@1's rewards failed"):
+        check_rewards(rl, "student@1", [1.0, float("nan"), float("inf")], [None, None, None])
+
+
 NEVER_CALLED: list[int] = []  # the answers of each call of ``never``
 
 
@@ -541,8 +551,8 @@ def longer(prompt, a, b, reference):
 
 def test_the_verifier_reward_samples_no_own_answer_to_a_pool_prompt_without_a_reference(tiny_models_dir, tmp_path):
     """A prompt pool of open prompts (no reference answer) beside the task suite, under a judge that
-    decides them: the battles reach them, and the verifier reward, which could score none of them, samples its own answers only to
-    the prompts with a reference (none of its rewards fails)."""
+    decides them: the battles reach them, and the verifier reward, which could score none of them,
+    samples its own answers only to the prompts with a reference (none of its rewards fails)."""
     from flywheel.ground.store import RunStore
     from flywheel.learning.curation import load_dataset_dir
 

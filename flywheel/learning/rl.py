@@ -34,11 +34,12 @@ class RewardsFailed(RuntimeError):
 
 
 def check_rewards(rl, target: str, rewards: list, errors: list) -> None:
-    """Raise ``RewardsFailed`` where the share of failed rewards (None) is over ``rl.max_failed``
-    (``train.rl``), before any version is made from them."""
-    share = sum(r is None for r in rewards) / len(rewards) if rewards else 0.0
+    """Raise ``RewardsFailed`` where the share of failed rewards (None, or not a finite number: what
+    the trainer takes as None) is over ``rl.max_failed`` (``train.rl``), before any version is made
+    from them."""
+    share = sum(finite(r) is None for r in rewards) / len(rewards) if rewards else 0.0
     if share > rl.max_failed:
-        first = next((str(e) for r, e in zip(rewards, errors) if r is None and e), "no error recorded")
+        first = next((str(e) for r, e in zip(rewards, errors) if finite(r) is None and e), "no error recorded")
         raise RewardsFailed(f"train.rl.reward {rl.reward}: {share:.0%} of target {target}'s rewards failed (over "
                             f"train.rl.max_failed {rl.max_failed:.0%}; the first: {first}); no version was made: "
                             "fix the reward, then resume the run")
