@@ -121,6 +121,12 @@ def arms(iterations: int = 4, recipe: bool = False) -> dict[str, list[str]]:
 ARMS = arms()
 
 
+def run_overrides(arm: list[str], common: list[str], steps: int, world: list[str], name: str) -> list[str]:
+    """One run's overrides: the arm's own, then ``--set``'s (so that ``--set`` can change a field the
+    arm sets, e.g. ``train.rl.generations``), then its steps, its world and its name."""
+    return [*arm, *common, f"train.steps={steps}", *world, f"run.name={name}"]
+
+
 def guess_by_category(overrides: list[str]) -> dict[str, float]:
     """Per category, the eval accuracy of always giving the commonest answer of the train split at
     the prompt's level (what a model that learnt nothing but the answers' distribution scores). A
@@ -196,7 +202,8 @@ def main() -> None:
     ap.add_argument("--recipe", type=Path, default=None,
                     help="a recipe every arm starts from instead of the embedded default (its rl arm is the recipe "
                          "as written, its sft arm imitates in every iteration), e.g. flows/recipes/smollm2_rl.yaml")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="an override for both arms")
+    ap.add_argument("--set", dest="overrides", action="append", default=[],
+                    help="an override for every arm, applied after the arm's own")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="runs at a time (default: the CPU count)")
     ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
     ap.add_argument("--summaries", type=Path, default=None,
@@ -224,8 +231,8 @@ def main() -> None:
           f"run seeds {seeds} on {describe(worlds)}", flush=True)
     jobs = [(arm, b, w, s) for b in budgets for w in worlds for s in seeds for arm in chosen]
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
-        done = run_all(timed_run, [(s, [*common, *chosen[arm], f"train.steps={b}", *w.overrides(),
-                                        f"run.name={arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"], Path(tmp), args.recipe)
+        done = run_all(timed_run, [(s, run_overrides(chosen[arm], common, b, w.overrides(),
+                                                     f"{arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"), Path(tmp), args.recipe)
                                    for arm, b, w, s in jobs], args.jobs)
     results = {(arm, b, w, s): r for (arm, b, w, s), r in zip(jobs, done)}
     if args.summaries is not None:

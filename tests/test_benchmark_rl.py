@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.rl import GAP_MIX, GAP_PICK, arms, ratio_arm
+from benchmarks.rl import GAP_MIX, GAP_PICK, arms, ratio_arm, run_overrides
 from flywheel.config.loading import load_config
 
 
@@ -19,6 +19,16 @@ def test_every_arm_loads(recipe):
     assert configs["rl-gap"].train.schedule == configs["rl-pick"].train.schedule == configs["rl"].train.schedule
     assert configs["rl-pick"].train.rl.gap_pick == GAP_PICK and configs["rl"].train.rl.gap_pick == 0
     assert configs["sft-gap"].train.schedule == configs["sft"].train.schedule
+
+
+def test_a_set_override_changes_a_field_the_arm_sets_and_every_arm_runs_its_steps_and_world():
+    every = arms()
+    world = ["world.tasks.seed=5"]
+    cfg = load_config(None, run_overrides(every["expert-train"], ["train.rl.generations=16"], 300, world, "x"))
+    assert cfg.train.rl.generations == 16 and cfg.train.rl.prompts == "train"
+    assert cfg.train.steps == 300 and cfg.world.tasks.seed == 5 and cfg.run.name == "x"
+    sft = load_config(None, run_overrides(every["sft"], ["train.rl.generations=16"], 300, world, "y"))
+    assert sft.train.methods(sft.run.iterations) == {"sft"}
 
 
 def test_the_ratio_compares_the_rl_arm_else_the_last_arm_named_with_sft():
