@@ -542,6 +542,20 @@ def test_grpo_with_dynamic_sampling_trains_only_on_prompts_whose_answers_differ(
     assert trained and {r["prompt_id"] for r in trained} <= teach
     stage = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     assert stage["sampling"]["answers"] == len(sampled) and stage["rewards"]["scored"] == len(trained)
+    from flywheel.face.queries import OWN_ANSWERS_HEADING, result_text
+    from flywheel.ground.run_view import RunView
+
+    table = result_text(RunView.open(run)).split(OWN_ANSWERS_HEADING)[1].strip("\n").split("\n\n")[0].splitlines()
+    head, row = table[0].split(), table[2].split()  # what `flywheel run` prints: this iteration's row
+    got = dict(zip(head, row))
+    assert got["method"] == "grpo" and int(got["sampled"]) == len(sampled)
+    assert int(got["trainer_answers"]) == len(trained)
+    assert float(got["per_step"]) == pytest.approx(len(rows) / stage["steps"], abs=0.05) and got["failed"] == "0"
+    from flywheel.face.report_page import write_report
+
+    write_report(RunView.open(run), tmp_path / "report.html")  # the HTML report has the same table
+    html = (tmp_path / "report.html").read_text()
+    assert "learnt from its own answers" in html and f'<td class="num">{len(trained)}</td>' in html
 
 
 def longer(prompt, a, b, reference):

@@ -146,6 +146,9 @@ def judge_sections(view: RunView) -> dict[str, list[dict[str, Any]]]:
 TURNS_HEADING = ("\nEval accuracy by turn of the conversations (turn_2_own_answer: turn 2 on the model's own first "
                  "answer, its reference built on that answer; turn_2_fixed: a second turn fixed up front, the same text "
                  "and reference for every model; 95% intervals):\n")
+OWN_ANSWERS_HEADING = ("\nLearning from its own answers per iteration (sampled: before training; flat: the share of "
+                       "groups whose answers all got one reward, nothing to learn; failed: rewards that failed; "
+                       "per_step: answers generated per optimizer step):\n")
 
 
 def result_text(view: RunView) -> str:
@@ -169,6 +172,9 @@ def result_text(view: RunView) -> str:
                       "on the validation positions):\n", games]
     if len(summary.get("targets", [])) > 1:
         parts += ["\nCompute allocation for the next iteration (ModelArena):\n", reports.allocation_lines(summary)]
+    own = reports.own_answer_lines(summary)
+    if own:
+        parts += [OWN_ANSWERS_HEADING, own]
     parts += ["\nJudge diagnostics per iteration:\n", reports.judge_lines(summary)]
     cascade = reports.cascade_lines(summary)
     if cascade:

@@ -51,6 +51,7 @@ class ReportData:
     verdicts: list[dict[str, Any]]  # iteration, phase, one count per verdict, invalid, flipped
     judge_usage: list[dict[str, Any]]  # iteration, player, judged, judge_calls, cache_hits
     datasets: list[dict[str, Any]]  # iteration, dataset, target, rows
+    own_answers: list[dict[str, Any]]  # reports.own_answer_rows: what RL sampled, per iteration and target
 
 
 def gather(view: RunView) -> ReportData:
@@ -73,7 +74,7 @@ def gather(view: RunView) -> ReportData:
         matrix=queries.win_matrix(view), arms=arms, opponents=opponent_shares(view, [e["iteration"] for e in entries]),
         judge=reports.judge_rows(summary), cascade=reports.cascade_rows(summary),
         verdicts=verdict_counts(view, sorted(view.log_shards("judgments"))),
-        judge_usage=judge_usage(summary), datasets=rows_by_target(view))
+        judge_usage=judge_usage(summary), datasets=rows_by_target(view), own_answers=reports.own_answer_rows(summary))
 
 
 def _header(view: RunView) -> Header:

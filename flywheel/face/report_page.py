@@ -222,4 +222,13 @@ def _datasets(d: ReportData) -> list[str]:
               for kind in kinds}
     return [_note("Rows of each curated dataset per iteration and target, as `flywheel data ls` lists the datasets."),
             _img(plots.bars_png([str(k) for k in iters], series, "rows"), "dataset rows per iteration"),
-            _table(d.datasets, ("iteration", "dataset", "target", "rows"))]
+            _table(d.datasets, ("iteration", "dataset", "target", "rows")), *_own_answers(d)]
+
+
+def _own_answers(d: ReportData) -> list[str]:
+    if not d.own_answers:
+        return []
+    return [_note("What each target learnt from its own answers (rollouts): the answers sampled before training "
+                  "and a GRPO or RLOO trainer's, the share of their groups flat (every answer one reward: nothing to "
+                  "learn), rewards that failed, the trainer's mean reward, answers generated per optimizer step."),
+            _table(d.own_answers, reports.OWN_ANSWER_COLUMNS)]

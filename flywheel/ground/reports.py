@@ -275,6 +275,39 @@ def cascade_lines(summary: dict[str, Any]) -> str:
     return text_table(rows, CASCADE_COLUMNS) if rows else ""
 
 
+OWN_ANSWER_COLUMNS = ("iteration", "target", "method", "sampled", "sampled_flat", "trainer_answers", "trainer_flat",
+                      "failed", "mean_reward", "per_step")
+
+
+def own_answer_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per iteration and target that learnt from its own answers: the answers sampled before
+    training and the share of their groups flat (every answer one reward: nothing to learn), a
+    GRPO or RLOO trainer's answers, its flat share and mean reward, the rewards that failed (both
+    counts), and the answers generated per optimizer step; ``-`` where not measured."""
+    rows = []
+    for e in summary.get("iterations", []):
+        for target, t in (e.get("training") or {}).items():
+            sampled, rewards = (t or {}).get("sampling") or {}, (t or {}).get("rewards") or {}
+            if not sampled and not rewards:
+                continue
+            trainer = rewards.get("scored", 0) + rewards.get("failed", 0)
+            answers, steps = sampled.get("answers", 0) + trainer, (e.get("train_steps") or {}).get(target, 0)
+            rows.append({"iteration": e["iteration"], "target": target, "method": t.get("method", "-"),
+                         "sampled": sampled.get("answers", "-"), "sampled_flat": _blank(sampled.get("flat_groups")),
+                         "trainer_answers": trainer if rewards else "-",
+                         "trainer_flat": _blank(rewards.get("flat_groups")),
+                         "failed": sampled.get("failed", 0) + rewards.get("failed", 0),
+                         "mean_reward": _blank(rewards.get("mean")),
+                         "per_step": round(answers / steps, 1) if steps else "-"})
+    return rows
+
+
+def own_answer_lines(summary: dict[str, Any]) -> str:
+    """``own_answer_rows`` as a text table (empty where no target learnt from its own answers)."""
+    rows = own_answer_rows(summary)
+    return text_table(rows, OWN_ANSWER_COLUMNS) if rows else ""
+
+
 def _blank(v: Any) -> Any:
     return "-" if v is None else v
 
