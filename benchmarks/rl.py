@@ -227,13 +227,15 @@ def main() -> None:
         bootstrap(load_config(args.recipe, [*common, *w.overrides()]).world)
     base = str(args.recipe) if args.recipe else "the embedded default"
     print(f"arms: {'; '.join(f'{a}: ' + (' '.join(o) or base) for a, o in chosen.items())}; "
-          f"budgets (train.steps) {budgets}; "
+          + (f"then for every arm: {' '.join(common)}; " if common else "")
+          + f"budgets (train.steps) {budgets}; "
           f"run seeds {seeds} on {describe(worlds)}", flush=True)
     jobs = [(arm, b, w, s) for b in budgets for w in worlds for s in seeds for arm in chosen]
     with tempfile.TemporaryDirectory(prefix="bench-rl-") as tmp:
-        done = run_all(timed_run, [(s, run_overrides(chosen[arm], common, b, w.overrides(),
-                                                     f"{arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}"), Path(tmp), args.recipe)
-                                   for arm, b, w, s in jobs], args.jobs)
+        names = [f"{arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}" for arm, b, w, s in jobs]
+        calls = [(s, run_overrides(chosen[arm], common, b, w.overrides(), name), Path(tmp), args.recipe)
+                 for (arm, b, w, s), name in zip(jobs, names)]
+        done = run_all(timed_run, calls, args.jobs)
     results = {(arm, b, w, s): r for (arm, b, w, s), r in zip(jobs, done)}
     if args.summaries is not None:
         keep_summaries(args.summaries, {f"{arm}-{b}-t{w.suite}-w{w.pretraining}-s{s}": summary
