@@ -82,6 +82,7 @@ def test_the_shipped_recipes_load():
     assert rl.model_copy(update={"train": FlywheelConfig().train}) == FlywheelConfig()  # only train differs
     smol = load_config(ROOT / "flows/recipes/smollm2_rl.yaml")
     assert smol.train.schedule == ["sft", "sft+expert"] and smol.train.rl.reward == "verifier" and smol.train.lora
+    assert [smol.train.method_of(k) for k in range(1, smol.run.iterations + 1)] == ["sft", "sft+expert", "sft+expert"]
     assert smol.train.rl.prompts == "train" and smol.train.steps == 120 and smol.train.rl.answers == 1920
     few = load_config(ROOT / "flows/recipes/few_battles.yaml")
     assert few.select.battles_per_iteration == 400 and few.train.schedule == ["sft+expert"]
