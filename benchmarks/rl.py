@@ -282,7 +282,7 @@ def main() -> None:
                           for t in e.get("training", {}).values() if t.get("reward_model")]
                     if arm == "rm" and rm and rm[-1] is not None:
                         rm_accuracy.append(rm[-1])
-                    print(f"{w.label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (validation "
+                    print(f"{w.row_label}, seed {s}, {arm}: accuracy {f['accuracy']:.3f} (validation "
                           f"{'n/a' if val[arm] is None else format(val[arm], '.3f')}; best opponent "
                           f"{f['best_opponent']:.3f}), worst category {f['worst_category_name']} "
                           f"{f['worst_category']:.2f} of the best opponent's, forgot {f['forgot']}, {wall:.0f} s"
@@ -292,7 +292,7 @@ def main() -> None:
                         gains[arm].append(row[arm] - row["sft"])
                     if "sft" in row and val[arm] is not None and val["sft"] is not None:
                         val_gains[arm].append(val[arm] - val["sft"])
-                        print(f"{w.label}, seed {s}, {arm}: validation gain over sft {val_gains[arm][-1]:+.3f}")
+                        print(f"{w.row_label}, seed {s}, {arm}: validation gain over sft {val_gains[arm][-1]:+.3f}")
         for arm in chosen:
             m, h = mean_ci(acc[arm])
             print(f"{arm:<4} final eval accuracy {m:.3f} +- {h:.3f} over {len(acc[arm])} runs; median wall time "

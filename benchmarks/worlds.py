@@ -46,6 +46,14 @@ class World:
         return f"suite {self.suite} / pre-training {self.pretraining} ({standing(self.key)})"
 
     @property
+    def row_label(self) -> str:
+        """The label of a per-run line: the world and whether it is tuning or held out (the header
+        names what a tuning world steered, :attr:`label`)."""
+        found = entry_of(self.key)
+        side = "not registered" if found is None else "tuning" if found[0] == "tuning" else "held out"
+        return f"suite {self.suite} / pre-training {self.pretraining} ({side})"
+
+    @property
     def models_dir(self) -> Path:
         return self.models_root / f"suite{self.suite}-pretraining{self.pretraining}"
 

@@ -43,6 +43,9 @@ def test_a_world_is_labelled_from_the_registry():
     assert rl.held_out and rl.label.endswith("(held out, registered before any run (28b4342); first run b75a56d)")
     new = World(5, 5, root)
     assert new.held_out and "not in the registry" in new.label
+    # a per-run line says only which: the header (label) names what a tuning world steered
+    assert tuning.row_label == "suite 1234 / pre-training 0 (tuning)" and steered.row_label.endswith("(tuning)")
+    assert rl.row_label == "suite 411 / pre-training 21 (held out)" and new.row_label.endswith("(not registered)")
 
 
 def test_other_kinds_of_world_are_told_apart_from_the_task_suites():
