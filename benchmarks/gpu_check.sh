@@ -26,7 +26,8 @@ fi
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 } | tee "$OUT/device.txt"
-mkdir -p data/models && cp -Rn data/shipped-models/. data/models/   # as make demo does
+mkdir -p data/models && for m in data/shipped-models/*/; do   # as make demo does
+  [ -e "data/models/$(basename "$m")" ] || cp -R "$m" data/models/; done
 status=0
 echo "== 1. device tests" | tee -a "$OUT/summary.txt"
 timeout 220 "$PY" -m pytest -q -p no:cacheprovider tests/test_training.py tests/test_onpolicy.py \

@@ -190,6 +190,12 @@ def _check(words: list[str], where: str, inline: bool) -> None:
         for w in words[3:]:
             if w.startswith("--"):
                 assert f'"{w.split("=")[0]}"' in known, f"{where}: {module} has no option {w}"
+        if "--registered" in words[3:-1]:  # a purpose whose worlds moved to tuning is refused
+            from benchmarks.worlds import registry
+
+            purpose = words[words.index("--registered") + 1]
+            assert purpose in {w.get("purpose") for w in registry()["held_out"]}, \
+                f"{where}: no held-out world is registered for {purpose} in benchmarks/worlds.yaml"
 
 
 def test_commands_are_found_in_the_readme_and_the_docs():
