@@ -47,8 +47,9 @@ GOALS = {"overall": (">=", 0.0), "worst_category": (">=", 0.9), "forgetting": ("
          "worst_step": ("<=", 0.02)}
 
 
-def run_once(seed: int, overrides: list[str], root: Path, config: Path | None = None) -> dict:
-    """One run of ``config`` (default: the embedded default); returns its summary.json."""
+def run_once(seed: int, overrides: list[str], root: Path, config: Path | None = None, timings: bool = False) -> dict:
+    """One run of ``config`` (default: the embedded default); returns its summary.json, with
+    ``timings`` also the manifest's wall time of each stage (``{"iter-0002/train": seconds, ...}``)."""
     from flywheel.config.loading import load_config
     from flywheel.run.context import close_run, open_run
     from flywheel.stages.iteration import run_to
@@ -61,7 +62,10 @@ def run_once(seed: int, overrides: list[str], root: Path, config: Path | None = 
         run_to(ctx, cfg.run.iterations)
     finally:
         close_run(ctx)
-    return json.loads(ctx.store.summary_path.read_text())
+    summary = json.loads(ctx.store.summary_path.read_text())
+    if timings:
+        summary["timings"] = json.loads(ctx.store.manifest_path.read_text()).get("timings", {})
+    return summary
 
 
 def figures(summary: dict, target: str) -> dict[str, float]:

@@ -188,7 +188,7 @@ def own_answers(summary: dict, target: str, steps: int) -> str:
 
 def timed_run(seed: int, overrides: list[str], root: Path, config: Path | None = None) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    summary = run_once(seed, overrides, root, config)
+    summary = run_once(seed, overrides, root, config, timings=True)
     return summary, time.perf_counter() - t0
 
 
@@ -208,7 +208,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 iterations, 300 steps, the first seed")
     ap.add_argument("--summaries", type=Path, default=None,
                     help="a folder to keep each run's summary.json in, named after the run "
-                         "(<arm>-<steps>-t<suite>-w<pre-training>-s<seed>.json)")
+                         "(<arm>-<steps>-t<suite>-w<pre-training>-s<seed>.json), with each stage's wall "
+                         "time under 'timings' (e.g. iter-0002/train: the seconds an equal-time arm's steps are "
+                         "read from)")
     args = ap.parse_args()
     quiet_runs()
     worlds = worlds_of(args)  # --registered sets the seeds too

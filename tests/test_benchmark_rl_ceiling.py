@@ -23,7 +23,8 @@ def test_the_oracle_scores_a_version_as_the_run_scored_it(tiny_config, tmp_path)
     """Each model's eval accuracy per category, as the run recorded it in summary.json, is what the
     benchmark's own scoring finds for the same checkpoint."""
     cfg, path = tiny_config(run__iterations=1, run__name="scored")
-    summary = run_once(0, [], tmp_path / "runs", path)
+    summary = run_once(0, [], tmp_path / "runs", path, timings=True)
+    assert summary["timings"]["iter-0001/train"] > 0  # what benchmarks.rl --summaries keeps of each stage's time
     entry = summary["iterations"][1]
     recorded = {"student@1": entry["eval"]["student@1"], **entry["opponents_eval"]}
     folders = {"student@1": tmp_path / "runs" / "scored" / "models" / "student@1",
