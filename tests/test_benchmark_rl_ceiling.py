@@ -3,7 +3,7 @@ arms are read against. It must train on the train split alone and score a model 
 
 from pathlib import Path
 
-from benchmarks.efficacy import run_once
+from benchmarks.rl import timed_run
 from benchmarks.rl_ceiling import eval_by_category, oracle_rows
 from flywheel.worlds.world import world_pools
 
@@ -23,7 +23,7 @@ def test_the_oracle_scores_a_version_as_the_run_scored_it(tiny_config, tmp_path)
     """Each model's eval accuracy per category, as the run recorded it in summary.json, is what the
     benchmark's own scoring finds for the same checkpoint."""
     cfg, path = tiny_config(run__iterations=1, run__name="scored")
-    summary = run_once(0, [], tmp_path / "runs", path, timings=True)
+    summary, _ = timed_run(0, [], tmp_path / "runs", path)
     assert summary["timings"]["iter-0001/train"] > 0  # what benchmarks.rl --summaries keeps of each stage's time
     entry = summary["iterations"][1]
     recorded = {"student@1": entry["eval"]["student@1"], **entry["opponents_eval"]}
