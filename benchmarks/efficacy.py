@@ -96,14 +96,20 @@ def figures(summary: dict, target: str) -> dict[str, float]:
     }
 
 
-def by_category(summary: dict, target: str) -> dict[str, tuple[float, float, float, str]]:
-    """Per category: the in-use version's eval accuracy after the last iteration and at iteration
-    0, and the best opponent's accuracy there with its name."""
+def by_category(summary: dict, target: str, split: str = "eval") -> dict[str, tuple[float, float, float, str]]:
+    """Per category: the in-use version's accuracy on ``split`` (``eval`` or ``validation``) after
+    the last iteration and at iteration 0, and the best opponent's accuracy there with its name.
+    Empty on the validation split where the summary has no opponent's validation figures."""
     from flywheel.ground.reports import in_use_eval
 
     entries = summary["iterations"]
     first, last = in_use_eval(summary, entries[0], target), in_use_eval(summary, entries[-1], target)
     opponents = entries[-1]["opponents_eval"]
+    if split == "validation":
+        if not opponents or any(not v.get("validation") for v in opponents.values()):
+            return {}
+        first, last = first["validation"], last["validation"]
+        opponents = {o: v["validation"] for o, v in opponents.items()}
     out = {}
     for c in sorted(last["accuracy_by_category"]):
         name = max(opponents, key=lambda o: opponents[o]["accuracy_by_category"].get(c, 0.0))

@@ -18,7 +18,9 @@ mean and 95% CI, and the same gain on the validation split (the one a choice on 
 reads); per category, the share of the best opponent's accuracy; the commonest answer's
 accuracy per category (a category where no model beats it is not learnable in the world), and on
 how many runs the arm reaches 0.90 of the best opponent in every learnable category, on how many it
-forgets nothing (no category's eval accuracy more than 0.02 below the starting version's), and both. The last line
+forgets nothing (no category's eval accuracy more than 0.02 below the starting version's), and both;
+then the same two read on the validation split (the opponents' own validation figures, the
+commonest answer's there), what a tuning rule reads. The last line
 is ``ratio:`` the ``rl`` arm's mean accuracy over the ``sft`` arm's at the largest budget (without
 an ``rl`` arm, the last arm named; with no ``sft`` arm, no ratio).
 
@@ -127,10 +129,11 @@ def run_overrides(arm: list[str], common: list[str], steps: int, world: list[str
     return [*arm, *common, f"train.steps={steps}", *world, f"run.name={name}"]
 
 
-def guess_by_category(overrides: list[str]) -> dict[str, float]:
-    """Per category, the eval accuracy of always giving the commonest answer of the train split at
-    the prompt's level (what a model that learnt nothing but the answers' distribution scores). A
-    category where no model beats it by ``LEARNABLE_MARGIN`` is not learnable in this world."""
+def guess_by_category(overrides: list[str], split: str = "eval") -> dict[str, float]:
+    """Per category, the accuracy on ``split`` (``eval`` or ``validation``) of always giving the
+    commonest answer of the train split at the prompt's level (what a model that learnt nothing but
+    the answers' distribution scores). A category where no model beats it by ``LEARNABLE_MARGIN`` is
+    not learnable in this world."""
     from collections import Counter
 
     from flywheel.config.loading import load_config
@@ -142,12 +145,26 @@ def guess_by_category(overrides: list[str]) -> dict[str, float]:
         refs = Counter(p.reference for p in splits.train if (p.category, p.level) == cell)
         common[cell] = refs.most_common(1)[0][0]
     out: dict[str, list[bool]] = {}
-    for p in splits.eval:
+    for p in splits.eval if split == "eval" else splits.validation:
         out.setdefault(p.category, []).append(p.reference == common.get((p.category, p.level)))
     return {c: sum(v) / len(v) for c, v in out.items()}
 
 
 LEARNABLE_MARGIN = 0.05
+
+
+def worst_learnable(cats: dict[str, tuple[float, float, float, str]], guess: dict[str, float]) -> float:
+    """The lowest share of the best opponent's accuracy over the learnable categories of ``cats``
+    (``efficacy.by_category``'s rows): those where the best opponent scores ``LEARNABLE_MARGIN``
+    above the commonest answer's ``guess``. NaN where none is learnable."""
+    learnable = [last / top for c, (last, _, top, _) in cats.items()
+                 if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN and max(top, last) > 0]
+    return min(learnable) if learnable else float("nan")
+
+
+def forgot_nothing(cats: dict[str, tuple[float, float, float, str]]) -> bool:
+    """No category of ``cats`` ends more than the forgetting goal's points below iteration 0."""
+    return all(first - last <= GOALS["forgetting"][1] + 1e-9 for last, first, _, _ in cats.values())
 
 
 def validation_accuracy(summary: dict, target: str) -> float | None:
@@ -250,6 +267,7 @@ def main() -> None:
         shares: dict[str, dict[str, list[float]]] = {a: {} for a in chosen}
         learnable_shares: dict[str, list[float]] = {a: [] for a in chosen}  # per run: the worst learnable category's
         kept: dict[str, list[bool]] = {a: [] for a in chosen}  # per run: no category forgotten
+        on_validation: dict[str, list[tuple[float, bool]]] = {a: [] for a in chosen}  # the two, read on validation
         guessed: dict[str, list[float]] = {}
         gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}
         val_gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}  # what a tuning choice reads
@@ -259,6 +277,7 @@ def main() -> None:
             for s in seeds:
                 row, val = {}, {}
                 guess = guess_by_category(w.overrides())
+                guess_val = guess_by_category(w.overrides(), "validation")
                 for c, g in guess.items():
                     guessed.setdefault(c, []).append(g)
                 for arm in chosen:
@@ -276,10 +295,10 @@ def main() -> None:
                     for c, (last, _, top, _) in cats.items():
                         if top > 0:
                             shares[arm].setdefault(c, []).append(last / top)
-                    learnable = [last / top for c, (last, _, top, _) in cats.items()
-                                 if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN and max(top, last) > 0]
-                    learnable_shares[arm].append(min(learnable) if learnable else float("nan"))
+                    learnable_shares[arm].append(worst_learnable(cats, guess))
                     kept[arm].append(f["forgot"] == "-")
+                    if cats_val := by_category(summary, target, "validation"):
+                        on_validation[arm].append((worst_learnable(cats_val, guess_val), forgot_nothing(cats_val)))
                     rm = [t["reward_model"]["accuracy"] for e in summary["iterations"]
                           for t in e.get("training", {}).values() if t.get("reward_model")]
                     if arm == "rm" and rm and rm[-1] is not None:
@@ -336,6 +355,11 @@ def main() -> None:
                   f"{LEARNABLE_MARGIN} above the commonest answer) on {sum(x >= 0.9 for x in got)} of {len(got)} runs; "
                   f"forgets nothing (no category's eval accuracy more than {GOALS['forgetting'][1]} below iteration "
                   f"0's) on {sum(kept[arm])}; both on {sum(x >= 0.9 and k for x, k in zip(got, kept[arm]))}")
+        for arm in chosen:
+            if got_val := on_validation[arm]:
+                print(f"{arm} on the validation split (what a tuning rule reads): at least 0.90 of the best opponent in "
+                      f"every learnable category on {sum(x >= 0.9 for x, _ in got_val)} of {len(got_val)} runs; forgets "
+                      f"nothing on {sum(k for _, k in got_val)}; both on {sum(x >= 0.9 and k for x, k in got_val)}")
         compared = ratio_arm(list(chosen))
         if compared is not None:
             last_ratio = statistics.fmean(acc[compared]) / statistics.fmean(acc["sft"])

@@ -29,10 +29,15 @@ def test_the_oracle_scores_a_version_as_the_run_scored_it(tiny_config, tmp_path)
     recorded = {"student@1": entry["eval"]["student@1"], **entry["opponents_eval"]}
     folders = {"student@1": tmp_path / "runs" / "scored" / "models" / "student@1",
                **{name: Path(cfg.world.models_dir) / name for name in entry["opponents_eval"]}}
-    evals = world_pools(cfg.world).eval
+    splits = world_pools(cfg.world)
     for name, folder in folders.items():
-        got = eval_by_category(str(folder), evals, cfg.targets[0].max_new_tokens)
+        got = eval_by_category(str(folder), splits.eval, cfg.targets[0].max_new_tokens)
         assert got == {**recorded[name]["accuracy_by_category"], "overall": recorded[name]["accuracy"]}, name
+        # the validation split too, for the opponents as for the target: what a tuning rule reads them against
+        got = eval_by_category(str(folder), splits.validation, cfg.targets[0].max_new_tokens)
+        val = recorded[name]["validation"]
+        assert val["prompts"] == len(splits.validation), name
+        assert got == {**val["accuracy_by_category"], "overall": val["accuracy"]}, name
     assert any(0 < r["accuracy"] < 1 for r in recorded.values())
 
 

@@ -74,6 +74,38 @@ def test_efficacy_figures_follow_the_versions_in_use():
     assert abs(f["worst_step"] - 0.4) < 1e-9 and abs(f["forgetting"] - 0.1) < 1e-9
 
 
+def test_the_rl_benchmark_reads_the_two_goals_on_validation_where_the_opponents_have_it():
+    """What a tuning rule reads: each category's share of the best opponent and what was forgotten,
+    on the validation split, against the opponents' own validation figures, never the eval split's."""
+    from benchmarks.efficacy import by_category
+    from benchmarks.rl import forgot_nothing, worst_learnable
+
+    def ev(acc, val=None, **cats):
+        out = {"accuracy": acc, "accuracy_by_category": cats}
+        if val is not None:
+            out["validation"] = {"prompts": 4, "accuracy": sum(val.values()) / len(val), "accuracy_by_category": val}
+        return out
+
+    # on eval the target beats both opponents everywhere; on validation it trails calc in add and forgets rev
+    opponents = {"calc": ev(0.1, {"add": 0.8, "rev": 0.0}, add=0.1, rev=0.0),
+                 "scribe": ev(0.1, {"add": 0.0, "rev": 0.5}, add=0.0, rev=0.1)}
+    summary = {"iterations": [
+        {"iteration": 0, "eval": {"s@0": ev(0.2, {"add": 0.1, "rev": 0.6}, add=0.1, rev=0.3)}, "opponents_eval": opponents},
+        {"iteration": 1, "eval": {"s@1": ev(0.5, {"add": 0.6, "rev": 0.5}, add=0.5, rev=0.5)}, "opponents_eval": opponents,
+         "current": {"s": "s@1"}},
+    ]}
+    on_eval, on_val = by_category(summary, "s"), by_category(summary, "s", "validation")
+    assert on_val == {"add": (0.6, 0.1, 0.8, "calc"), "rev": (0.5, 0.6, 0.5, "scribe")}
+    assert worst_learnable(on_eval, {}) == 5.0 and forgot_nothing(on_eval)
+    assert abs(worst_learnable(on_val, {}) - 0.75) < 1e-9 and not forgot_nothing(on_val)
+    # a category whose best opponent is not 0.05 above the commonest answer is not learnable
+    assert worst_learnable(on_val, {"add": 0.78}) == 1.0
+    # summaries made before the opponents were scored on validation give no reading, not a wrong one
+    for v in opponents.values():
+        del v["validation"]
+    assert by_category(summary, "s", "validation") == {}
+
+
 def test_the_chance_that_an_equal_model_passes_is_a_binomial_tail():
     from benchmarks.efficacy import chance_at_least
 

@@ -72,7 +72,8 @@ def evaluate_versions(ctx: Context, k: int) -> EvalResult:
         evals[m] = VersionEval.rated(by_model.get(m), accuracy=acc, accuracy_by_category=by_cat,
                                      elo_by_subset=in_subsets,
                                      eval_loss=_reference_loss(ctx, m, ctx.eval_split) if target else None,
-                                     validation=validate(ctx, m, k) if target else None, accuracy_by_turn=by_turn,
+                                     validation=validate(ctx, m, k) if target else _opponent_validation(ctx, m, k),
+                                     accuracy_by_turn=by_turn,
                                      turn2=turn2.get(m))
     rows = [r.to_dict() for r in by_model.values()]
     _publish(ctx, k, rows)
@@ -184,6 +185,16 @@ def _reference_loss(ctx: Context, version: str, prompts: list) -> float | None:
         return None
     player = ctx.roster.player(version)
     return player.reference_loss(prompts) if isinstance(player, ScoresReferences) else None
+
+
+def _opponent_validation(ctx: Context, opponent: str, k: int) -> Validation | None:
+    """An opponent's accuracy on the validation split, the bar a target's validation figures are
+    read against (answered once a run, through the generation cache); None in a conversation
+    world, where each iteration would hold its conversations again."""
+    if ctx.roster.asker() is not None or any(p.turns for p in ctx.validation):
+        return None
+    acc, by_cat, _ = validation_accuracy(ctx, opponent, k)
+    return Validation(len(ctx.validation), acc, by_cat)
 
 
 def validate(ctx: Context, version: str, k: int) -> Validation:
