@@ -268,6 +268,7 @@ def main() -> None:
         learnable_shares: dict[str, list[float]] = {a: [] for a in chosen}  # per run: the worst learnable category's
         kept: dict[str, list[bool]] = {a: [] for a in chosen}  # per run: no category forgotten
         on_validation: dict[str, list[tuple[float, bool]]] = {a: [] for a in chosen}  # the two, read on validation
+        unread = dict.fromkeys(chosen, 0)  # runs whose opponents have no validation figures (a conversation world)
         guessed: dict[str, list[float]] = {}
         gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}
         val_gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}  # what a tuning choice reads
@@ -299,6 +300,8 @@ def main() -> None:
                     kept[arm].append(f["forgot"] == "-")
                     if cats_val := by_category(summary, target, "validation"):
                         on_validation[arm].append((worst_learnable(cats_val, guess_val), forgot_nothing(cats_val)))
+                    else:
+                        unread[arm] += 1
                     rm = [t["reward_model"]["accuracy"] for e in summary["iterations"]
                           for t in e.get("training", {}).values() if t.get("reward_model")]
                     if arm == "rm" and rm and rm[-1] is not None:
@@ -359,7 +362,8 @@ def main() -> None:
             if got_val := on_validation[arm]:
                 print(f"{arm} on the validation split (what a tuning rule reads): at least 0.90 of the best opponent in "
                       f"every learnable category on {sum(x >= 0.9 for x, _ in got_val)} of {len(got_val)} runs; forgets "
-                      f"nothing on {sum(k for _, k in got_val)}; both on {sum(x >= 0.9 and k for x, k in got_val)}")
+                      f"nothing on {sum(k for _, k in got_val)}; both on {sum(x >= 0.9 and k for x, k in got_val)}"
+                      + (f" ({unread[arm]} more runs' opponents have no validation figures)" if unread[arm] else ""))
         compared = ratio_arm(list(chosen))
         if compared is not None:
             last_ratio = statistics.fmean(acc[compared]) / statistics.fmean(acc["sft"])

@@ -105,6 +105,9 @@ def test_a_tiny_two_turn_run_reports_turn_2_both_ways_per_model_with_intervals(t
     for entry in summary["iterations"]:
         evals = {**entry["eval"], **entry["opponents_eval"]}
         assert set(evals) == {f"pupil@{entry['iteration']}", "adder", "writer"}
+        # opponents are not held to conversations on the validation split a second time each iteration
+        assert entry["eval"][f"pupil@{entry['iteration']}"]["validation"]["prompts"] > 0
+        assert not any("validation" in entry["opponents_eval"][o] for o in ("adder", "writer"))
         for m, ev in evals.items():
             own, same = ev["turn2"]["own_answer"], ev["turn2"]["fixed"]
             assert own["accuracy"] == ev["accuracy_by_turn"][1] and own["prompts"] == 36
