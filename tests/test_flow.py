@@ -120,6 +120,24 @@ def test_the_category_table_puts_every_target_version_next_to_every_opponent(fin
     assert {c: rows[3][c] for c in cats} == last["opponents_eval"]["calc"]["accuracy_by_category"]
     table = reports.category_table(summary).splitlines()
     assert table[0].split() == ["model", "overall", *cats] and len(table) == 2 + len(rows)
+    # the same on the validation split, the one that steers: the opponents' own validation figures beside
+    val, val_cats = reports.category_rows(summary, "validation")
+    assert [r["model"] for r in val] == [r["model"] for r in rows] and val_cats == cats
+    assert val[2]["overall"] == last["eval"]["student@2"]["validation"]["accuracy"]
+    assert {c: val[3][c] for c in cats} == last["opponents_eval"]["calc"]["validation"]["accuracy_by_category"]
+    assert val[3] != rows[3]  # calc on the validation prompts, not its eval figures again
+
+
+def test_the_run_report_shows_the_validation_split_by_category_next_to_every_opponent(finished_run):
+    from flywheel.face.queries import VALIDATION_HEADING, result_text
+    from flywheel.ground.run_view import RunView
+
+    summary = json.loads((finished_run.root / "summary.json").read_text())
+    section = result_text(RunView.open(finished_run.root)).split(VALIDATION_HEADING)[1].strip("\n").split("\n\n")[0]
+    lines = section.splitlines()
+    assert lines[0].split()[:2] == ["model", "overall"]
+    calc = next(x for x in lines if x.startswith("calc "))
+    assert calc.split()[1] == f"{summary['iterations'][-1]['opponents_eval']['calc']['validation']['accuracy']:.3f}"
 
 
 def test_a_runs_datasets_open_with_load_dataset_pandas_and_duckdb(finished_run):

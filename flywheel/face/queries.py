@@ -146,6 +146,8 @@ def judge_sections(view: RunView) -> dict[str, list[dict[str, Any]]]:
 TURNS_HEADING = ("\nEval accuracy by turn of the conversations (turn_2_own_answer: turn 2 on the model's own first "
                  "answer, its reference built on that answer; turn_2_fixed: a second turn fixed up front, the same text "
                  "and reference for every model; 95% intervals):\n")
+VALIDATION_HEADING = ("\nValidation accuracy by category (the split that steers the run: promotion, allocation, "
+                      "tuning), every target version next to every opponent:\n")
 OWN_ANSWERS_HEADING = ("\nLearning from its own answers per iteration (sampled: before training; flat: the share of "
                        "groups whose answers all got one reward, nothing to learn; failed: rewards that failed; "
                        "per_step: answers generated per optimizer step):\n")
@@ -170,6 +172,8 @@ def result_text(view: RunView) -> str:
     if games:
         parts[-2:] = ["\nGames against each opponent on the held-out eval positions (validation_wd: win-or-draw "
                       "on the validation positions):\n", games]
+    if not games and reports.has_opponent_validation(summary):
+        parts += [VALIDATION_HEADING, reports.category_table(summary, "validation")]
     if len(summary.get("targets", [])) > 1:
         parts += ["\nCompute allocation for the next iteration (ModelArena):\n", reports.allocation_lines(summary)]
     own = reports.own_answer_lines(summary)

@@ -132,26 +132,37 @@ def in_use_eval(summary: dict[str, Any], entry: dict[str, Any], target: str) -> 
     return next(e["eval"][version] for e in summary["iterations"] if version in e.get("eval", {}))
 
 
-def category_rows(summary: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Held-out eval accuracy per category of every target version (by iteration) and of every
-    opponent (as last evaluated): (rows with ``model``, ``overall`` and one column per category,
-    the category columns). A version its target did not promote is marked so."""
+def category_rows(summary: dict[str, Any], split: str = "eval") -> tuple[list[dict[str, Any]], list[str]]:
+    """Accuracy per category on ``split`` (``eval``: held out; ``validation``: what steers the run)
+    of every target version (by iteration) and of every opponent (as last evaluated): (rows with
+    ``model``, ``overall`` and one column per category, the category columns). A version its target
+    did not promote is marked so. On validation, models without its figures are left out."""
+    def figures(ev: dict[str, Any]) -> dict[str, Any] | None:
+        return ev if split == "eval" else ev.get("validation")
+
     rows: list[dict[str, Any]] = []
     for e in summary.get("iterations", []):
         rejected = {d["candidate"] for d in (e.get("promotion") or {}).values() if not d["promoted"]}
-        rows += [{"model": name + (" (not promoted)" if name in rejected else ""), "overall": ev["accuracy"],
-                  **ev.get("accuracy_by_category", {})} for name, ev in e.get("eval", {}).items()]
+        rows += [{"model": name + (" (not promoted)" if name in rejected else ""), "overall": f["accuracy"],
+                  **f.get("accuracy_by_category", {})} for name, ev in e.get("eval", {}).items()
+                 if (f := figures(ev))]
     last = (summary.get("iterations") or [{}])[-1]
-    rows += [{"model": name, "overall": ev["accuracy"], **ev.get("accuracy_by_category", {})}
-             for name, ev in sorted(last.get("opponents_eval", {}).items())]
+    rows += [{"model": name, "overall": f["accuracy"], **f.get("accuracy_by_category", {})}
+             for name, ev in sorted(last.get("opponents_eval", {}).items()) if (f := figures(ev))]
     cats = sorted({c for r in rows for c in r} - {"model", "overall"})
     return rows, cats
 
 
-def category_table(summary: dict[str, Any]) -> str:
+def category_table(summary: dict[str, Any], split: str = "eval") -> str:
     """``category_rows`` as a text table: every target version next to every opponent."""
-    rows, cats = category_rows(summary)
+    rows, cats = category_rows(summary, split)
     return text_table(rows, ["model", "overall", *cats]) if rows else ""
+
+
+def has_opponent_validation(summary: dict[str, Any]) -> bool:
+    """Whether the opponents were scored on the validation split (single-turn task and prompt worlds)."""
+    opponents = ((summary.get("iterations") or [{}])[-1]).get("opponents_eval") or {}
+    return bool(opponents) and all(ev.get("validation") for ev in opponents.values())
 
 
 def turn_table(summary: dict[str, Any]) -> str:
