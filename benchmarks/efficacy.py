@@ -100,13 +100,13 @@ def by_category(summary: dict, target: str, split: str = "eval") -> dict[str, tu
     """Per category: the in-use version's accuracy on ``split`` (``eval`` or ``validation``) after
     the last iteration and at iteration 0, and the best opponent's accuracy there with its name.
     Empty on the validation split where the summary has no opponent's validation figures."""
-    from flywheel.ground.reports import in_use_eval
+    from flywheel.ground.reports import has_opponent_validation, in_use_eval
 
     entries = summary["iterations"]
     first, last = in_use_eval(summary, entries[0], target), in_use_eval(summary, entries[-1], target)
     opponents = entries[-1]["opponents_eval"]
     if split == "validation":
-        if not opponents or any(not v.get("validation") for v in opponents.values()):
+        if not has_opponent_validation(summary):
             return {}
         first, last = first["validation"], last["validation"]
         opponents = {o: v["validation"] for o, v in opponents.items()}

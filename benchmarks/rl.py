@@ -153,18 +153,19 @@ def guess_by_category(overrides: list[str], split: str = "eval") -> dict[str, fl
 LEARNABLE_MARGIN = 0.05
 
 
-def worst_learnable(cats: dict[str, tuple[float, float, float, str]], guess: dict[str, float]) -> float:
-    """The lowest share of the best opponent's accuracy over the learnable categories of ``cats``
-    (``efficacy.by_category``'s rows): those where the best opponent scores ``LEARNABLE_MARGIN``
-    above the commonest answer's ``guess``. NaN where none is learnable."""
+def two_goals(summary: dict, target: str, guess: dict[str, float], split: str = "eval") -> tuple[float, bool] | None:
+    """The second goal read on ``split`` (``eval`` or ``validation``) for ``target``'s version in use:
+    the lowest share of the best opponent's accuracy over the learnable categories (those where the
+    best opponent scores ``LEARNABLE_MARGIN`` above the commonest answer's ``guess``; NaN where none
+    is), and whether no category ends more than the forgetting goal's points below iteration 0.
+    None where the summary has no opponent figures on ``split``."""
+    cats = by_category(summary, target, split)
+    if not cats:
+        return None
     learnable = [last / top for c, (last, _, top, _) in cats.items()
                  if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN and max(top, last) > 0]
-    return min(learnable) if learnable else float("nan")
-
-
-def forgot_nothing(cats: dict[str, tuple[float, float, float, str]]) -> bool:
-    """No category of ``cats`` ends more than the forgetting goal's points below iteration 0."""
-    return all(first - last <= GOALS["forgetting"][1] + 1e-9 for last, first, _, _ in cats.values())
+    kept = all(first - last <= GOALS["forgetting"][1] + 1e-9 for last, first, _, _ in cats.values())
+    return (min(learnable) if learnable else float("nan")), kept
 
 
 def validation_accuracy(summary: dict, target: str) -> float | None:
@@ -296,10 +297,11 @@ def main() -> None:
                     for c, (last, _, top, _) in cats.items():
                         if top > 0:
                             shares[arm].setdefault(c, []).append(last / top)
-                    learnable_shares[arm].append(worst_learnable(cats, guess))
-                    kept[arm].append(f["forgot"] == "-")
-                    if cats_val := by_category(summary, target, "validation"):
-                        on_validation[arm].append((worst_learnable(cats_val, guess_val), forgot_nothing(cats_val)))
+                    share, kept_all = two_goals(summary, target, guess)
+                    learnable_shares[arm].append(share)
+                    kept[arm].append(kept_all)
+                    if (read := two_goals(summary, target, guess_val, "validation")) is not None:
+                        on_validation[arm].append(read)
                     else:
                         unread[arm] += 1
                     rm = [t["reward_model"]["accuracy"] for e in summary["iterations"]

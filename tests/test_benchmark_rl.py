@@ -89,3 +89,33 @@ def test_each_runs_summary_is_kept_under_its_runs_name_for_a_reader_to_check(tmp
     keep_summaries(tmp_path / "kept", runs)
     kept = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "kept").glob("*.json")}
     assert kept == runs
+
+
+def test_a_short_run_prints_the_two_goals_read_on_validation_from_the_summaries_it_keeps(tmp_path, cli_env):
+    """``python -m benchmarks.rl`` as a user runs it, on the tiny suite and models: the line a tuning
+    rule reads (the two goals on the validation split) counts what the kept summary holds."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from benchmarks.rl import guess_by_category, two_goals
+    from tests.conftest import TINY_MODELS, TINY_TASKS
+
+    models = tmp_path / "models"
+    sets = ["run.iterations=1", "train.batch_size=8", "select.battles_per_iteration=48",
+            *(f"world.tasks.{k}={v}" for k, v in TINY_TASKS.items()),
+            "world.models=" + yaml.safe_dump(TINY_MODELS, default_flow_style=True).strip()]
+    out = subprocess.run([sys.executable, "-m", "benchmarks.rl", "--arms", "sft", "--budgets", "4", "--seeds", "0",
+                          "--jobs", "1", "--models-root", str(models), "--summaries", str(tmp_path / "kept"),
+                          *(x for s in sets for x in ("--set", s))],
+                         env=cli_env, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [kept] = (tmp_path / "kept").glob("sft-4-t1234-w0-s0.json")
+    summary = json.loads(kept.read_text())
+    world = [*sets, "world.tasks.seed=1234", "world.seed=0", f"world.models_dir={models / 'suite1234-pretraining0'}"]
+    share, kept_all = two_goals(summary, "student", guess_by_category(world, "validation"), "validation")
+    [line] = [x for x in out.stdout.splitlines() if x.startswith("sft on the validation split")]
+    assert f"category on {int(share >= 0.9)} of 1 runs; forgets nothing on {int(kept_all)}; both on " \
+           f"{int(share >= 0.9 and kept_all)}" in line

@@ -78,7 +78,7 @@ def test_the_rl_benchmark_reads_the_two_goals_on_validation_where_the_opponents_
     """What a tuning rule reads: each category's share of the best opponent and what was forgotten,
     on the validation split, against the opponents' own validation figures, never the eval split's."""
     from benchmarks.efficacy import by_category
-    from benchmarks.rl import forgot_nothing, worst_learnable
+    from benchmarks.rl import two_goals
 
     def ev(acc, val=None, **cats):
         out = {"accuracy": acc, "accuracy_by_category": cats}
@@ -94,16 +94,16 @@ def test_the_rl_benchmark_reads_the_two_goals_on_validation_where_the_opponents_
         {"iteration": 1, "eval": {"s@1": ev(0.5, {"add": 0.6, "rev": 0.5}, add=0.5, rev=0.5)}, "opponents_eval": opponents,
          "current": {"s": "s@1"}},
     ]}
-    on_eval, on_val = by_category(summary, "s"), by_category(summary, "s", "validation")
-    assert on_val == {"add": (0.6, 0.1, 0.8, "calc"), "rev": (0.5, 0.6, 0.5, "scribe")}
-    assert worst_learnable(on_eval, {}) == 5.0 and forgot_nothing(on_eval)
-    assert abs(worst_learnable(on_val, {}) - 0.75) < 1e-9 and not forgot_nothing(on_val)
+    assert by_category(summary, "s", "validation") == {"add": (0.6, 0.1, 0.8, "calc"), "rev": (0.5, 0.6, 0.5, "scribe")}
+    assert two_goals(summary, "s", {}) == (5.0, True)
+    share, kept = two_goals(summary, "s", {}, "validation")
+    assert abs(share - 0.75) < 1e-9 and not kept
     # a category whose best opponent is not 0.05 above the commonest answer is not learnable
-    assert worst_learnable(on_val, {"add": 0.78}) == 1.0
+    assert two_goals(summary, "s", {"add": 0.78}, "validation") == (1.0, False)
     # summaries made before the opponents were scored on validation give no reading, not a wrong one
     for v in opponents.values():
         del v["validation"]
-    assert by_category(summary, "s", "validation") == {}
+    assert by_category(summary, "s", "validation") == {} and two_goals(summary, "s", {}, "validation") is None
 
 
 def test_the_chance_that_an_equal_model_passes_is_a_binomial_tail():

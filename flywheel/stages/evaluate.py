@@ -187,11 +187,16 @@ def _reference_loss(ctx: Context, version: str, prompts: list) -> float | None:
     return player.reference_loss(prompts) if isinstance(player, ScoresReferences) else None
 
 
+def _converses(ctx: Context) -> bool:
+    """Whether the validation split is held as conversations (an asker, or prompts with turns)."""
+    return ctx.roster.asker() is not None or any(p.turns for p in ctx.validation)
+
+
 def _opponent_validation(ctx: Context, opponent: str, k: int) -> Validation | None:
     """An opponent's accuracy on the validation split, the bar a target's validation figures are
     read against (answered once a run, through the generation cache); None in a conversation
     world, where each iteration would hold its conversations again."""
-    if ctx.roster.asker() is not None or any(p.turns for p in ctx.validation):
+    if _converses(ctx):
         return None
     acc, by_cat, _ = validation_accuracy(ctx, opponent, k)
     return Validation(len(ctx.validation), acc, by_cat)
@@ -207,7 +212,7 @@ def validate(ctx: Context, version: str, k: int) -> Validation:
 def validation_accuracy(ctx: Context, model: str, k: int) -> tuple[float, dict[str, float], list[float] | None]:
     """A model's accuracy on the validation split, per category, and per user turn in a
     conversation world (else None); its answers come through the generation cache."""
-    if ctx.roster.asker() is not None or any(p.turns for p in ctx.validation):  # conversations
+    if _converses(ctx):
         talks = converse(ctx.roster, ctx.store, [(p, [model]) for p in ctx.validation], k, "validation")
         return conversation_accuracy({p.id: t[0].messages for p, t in zip(ctx.validation, talks)}, ctx.validation,
                                      ctx.correct)
