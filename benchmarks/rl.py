@@ -129,17 +129,18 @@ def run_overrides(arm: list[str], common: list[str], steps: int, world: list[str
     return [*arm, *common, f"train.steps={steps}", *world, f"run.name={name}"]
 
 
-def guess_by_category(overrides: list[str], split: str = "eval") -> dict[str, float]:
+def guess_by_category(overrides: list[str], split: str = "eval", recipe: Path | None = None) -> dict[str, float]:
     """Per category, the accuracy on ``split`` (``eval`` or ``validation``) of always giving the
     commonest answer of the train split at the prompt's level (what a model that learnt nothing but
-    the answers' distribution scores). A category where no model beats it by ``LEARNABLE_MARGIN`` is
-    not learnable in this world."""
+    the answers' distribution scores), in the world that ``recipe`` with ``overrides`` (every one the
+    runs took: a pool's size or a validation split's changes the prompts) makes. A category where no
+    model beats it by ``LEARNABLE_MARGIN`` is not learnable in this world."""
     from collections import Counter
 
     from flywheel.config.loading import load_config
     from flywheel.worlds.world import world_pools
 
-    splits = world_pools(load_config(None, overrides).world)
+    splits = world_pools(load_config(recipe, overrides).world)
     common = {}
     for cell in {(p.category, p.level) for p in splits.train}:
         refs = Counter(p.reference for p in splits.train if (p.category, p.level) == cell)
@@ -278,8 +279,8 @@ def main() -> None:
         for w in worlds:
             for s in seeds:
                 row, val = {}, {}
-                guess = guess_by_category(w.overrides())
-                guess_val = guess_by_category(w.overrides(), "validation")
+                guess = guess_by_category([*common, *w.overrides()], recipe=args.recipe)
+                guess_val = guess_by_category([*common, *w.overrides()], "validation", args.recipe)
                 for c, g in guess.items():
                     guessed.setdefault(c, []).append(g)
                 for arm in chosen:

@@ -133,14 +133,14 @@ def main() -> None:
         calls += [(oracle_run, (s, [*common, *w.overrides()], Path(tmp) / f"oracle-{n}", repeat))
                   for (w, s), n in zip(runs, names)]
         done = run_all(call, calls, args.jobs)
-    report(runs, done[:len(runs)], done[len(runs):])
+    report(runs, done[:len(runs)], done[len(runs):], common)
 
 
 def call(fn, args):
     return fn(*args)
 
 
-def report(runs, sft_done, oracle_done) -> None:
+def report(runs, sft_done, oracle_done, common: list[str]) -> None:
     acc: dict[str, list[float]] = {"sft": [], "oracle": []}
     secs: dict[str, list[float]] = {"sft": [], "oracle": []}
     shares: dict[str, dict[str, list[float]]] = {"sft": {}, "oracle": {}}
@@ -150,7 +150,7 @@ def report(runs, sft_done, oracle_done) -> None:
         target = summary["targets"][0]
         sft_acc = figures(summary, target)["accuracy"]
         cats = by_category(summary, target)
-        guess = guess_by_category(w.overrides())
+        guess = guess_by_category([*common, *w.overrides()])
         got = {"sft": {c: last for c, (last, _, _, _) in cats.items()}, "oracle": oracle}
         line = []
         for arm in ("sft", "oracle"):
