@@ -277,10 +277,11 @@ def main() -> None:
         flat: dict[str, list[float]] = {a: [] for a in chosen}  # the last iteration's trainer's flat groups
         rm_accuracy: list[float] = []
         for w in worlds:
+            world = [*common, *w.overrides()]  # the world the runs took: a seed changes none of its prompts
+            guess = guess_by_category(world, recipe=args.recipe)
+            guess_val = guess_by_category(world, "validation", args.recipe)
             for s in seeds:
                 row, val = {}, {}
-                guess = guess_by_category([*common, *w.overrides()], recipe=args.recipe)
-                guess_val = guess_by_category([*common, *w.overrides()], "validation", args.recipe)
                 for c, g in guess.items():
                     guessed.setdefault(c, []).append(g)
                 for arm in chosen:
