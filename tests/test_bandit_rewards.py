@@ -59,6 +59,10 @@ def test_the_targets_own_success_is_its_answer_checked_whoever_won():
 
 @pytest.mark.parametrize("reward, kw, want", [
     ("yield", {}, [0.0, 1.0, 0.0, 0.0, 1.0]),  # the two losses on new prompts
+    # yield x (1 - p)^g: add/L1's loss where the target's own answers pass 2 in 3, add/L2's where none does
+    ("unreached-yield", {"success": SUCCESS}, [0.0, (1 / 3) ** 8, 0.0, 0.0, 1.0]),
+    ("unreached-yield", {"success": SUCCESS, "generations": 2}, [0.0, 1 / 9, 0.0, 0.0, 1.0]),
+    ("unreached-yield", {"success": {"b4": 0.0, "b5": 0.0}}, [0.0, 1.0, 0.0, 0.0, 1.0]),  # add/L1 unmeasured: yield
     ("uncertainty", {}, [1.0, 1.0, 1.0, 0.75, 0.75]),  # 4p(1-p) of the score: add/L2's both-wrong tie counts 0.5
     ("progress", {"previous_scores": {"add/L1": 0.25, "add/L2": 0.75}}, [0.5, 0.5, 0.5, 1.0, 1.0]),
     ("learnability", {"success": SUCCESS}, [8 / 9] * 3 + [0.0, 0.0]),  # 4p(1-p) of its own success: add/L2 never
@@ -188,6 +192,21 @@ def test_before_a_training_step_validation_progress_is_learnability(tmp_path):
     assert got == round_feedback(_context(tmp_path / "l", "learnability"), "student", 1, mine, [])
     assert own_successes(ctx, "student@0", mine) == {"b0": 1.0, "b1": 0.0, "b2": 1.0, "b3": 0.0,
                                                       "b4": 1.0, "b5": 1.0, "b6": 0.0, "b7": 0.0}
+
+
+def test_unreached_yield_reads_the_targets_own_success_and_the_configured_generations(tmp_path):
+    ctx = _context(tmp_path, "unreached-yield")
+    ctx.cfg.train.rl.generations = 2
+    # one battle a cell: right, wrong, right, wrong
+    first = _student_round(ctx, "rwrw", "student@0")
+    assert [r for _, _, r in round_feedback(ctx, "student", 1, first, [])] == [0.0, 1.0, 0.0, 1.0]
+    # with a second battle a cell in the round (wrong, wrong, right, wrong): add/L1's own answers pass one
+    # in two, so its loss earns 0.5^2 (train.rl.generations 2); add/L2 and sub/L2 never pass: yield
+    both = first + _student_round(ctx, "wwrw", "student@0", first=4)
+    got = round_feedback(ctx, "student", 1, both, [])
+    assert [r for _, _, r in got] == [0.0, 1.0, 0.0, 1.0, 0.25, 1.0, 0.0, 1.0]
+    ctx.cfg.train.rl.generations = 4
+    assert [r for _, _, r in round_feedback(ctx, "student", 1, both, [])][4] == 0.0625
 
 
 def test_a_games_world_refuses_validation_progress_with_a_reason(tmp_path):

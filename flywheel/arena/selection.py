@@ -14,6 +14,10 @@ Rewards (``select.reward``; see docs in ``SelectConfig``):
 - ``uncertainty``: 4 p(1 - p) of the target's battle score p on the arm (its win rate against
   the opponents; a tie, both right or both wrong, counts 0.5) - battles whose outcome is least
   predictable. A cell where both players always fail scores p = 0.5 and the top reward;
+- ``unreached-yield``: yield, times (1 - p)^g, the chance that none of g own sampled answers
+  passes (p the target's own success on the arm as ``learnability`` reads it, g
+  ``train.rl.generations``): battles buy winners' answers where the target's own answers cannot
+  reach, and leave the cells it sometimes solves to them;
 - ``learnability``: 4 p(1 - p) of the target's own success p on the arm (its answer passes the
   world's check, whoever it played) - the RL curriculum signal: a cell the target solves half of
   the time teaches most; one it always or never solves teaches nothing;
@@ -53,7 +57,7 @@ from flywheel.ground.records import (
 from flywheel.maths.bandits import validation_progress  # noqa: F401 - the rewards stage reads it here
 from flywheel.maths.bandits import Bandit, gini, pfsp_weights
 
-REWARDS = ("yield", "progress", "uncertainty", "learnability", "validation-progress")
+REWARDS = ("yield", "unreached-yield", "progress", "uncertainty", "learnability", "validation-progress")
 GAMES_HAVE_NO_VALIDATION_ANSWERS = (
     "select.reward: validation-progress reads the validation split's answers, which a games world does not "
     "keep (its validation games are played and scored, not stored): choose learnability (the target's "
@@ -286,7 +290,7 @@ def partner_team(key: str, target: str, partner: str, seats: int) -> str:
 def feedback(
     reward: str, judged: Iterable[JudgedBattle], target_base: str, previous_scores: dict[str, float],
     yielded: set[str] | None = None, *, success: dict[str, float] | None = None,
-    progress: dict[str, float] | None = None,
+    progress: dict[str, float] | None = None, generations: int = 8,
 ) -> list[tuple[str, str, float]]:
     """(cell, opponent, reward) for each judged battle of ``target_base`` (a base name, or the
     version that played, which tells the seats of a self-play battle) in one round.
@@ -297,8 +301,10 @@ def feedback(
     - ``yielded`` (``yield``): prompts that already produced a training example this iteration; a
       repeat yields nothing new (curation keeps one example per prompt), so it earns no yield
       reward. The set is updated in place;
-    - ``success`` (``learnability``, ``validation-progress``): the target's own success per battle
-      id (``own_success``); a battle without one gives those rewards no signal;
+    - ``success`` (``learnability``, ``validation-progress``, ``unreached-yield``): the target's own
+      success per battle id (``own_success``); a battle without one gives the first two no signal,
+      and ``unreached-yield`` its cell's plain yield where no battle of the cell has one;
+    - ``generations`` (``unreached-yield``): the own answers sampled per prompt, g;
     - ``progress`` (``validation-progress``): the reward per cell (``validation_progress``); a cell
       without one (no training step measured yet, or no validation prompt) earns learnability."""
     judged = list(judged)  # failed battles and invalid verdicts are never joined: no signal
@@ -308,13 +314,17 @@ def feedback(
     yielded = set() if yielded is None else yielded
     rows = [(jb.battle.arm, _opponent(jb.battle, target_base), _score(jb, target_base), jb.battle.prompt)
             for jb in judged]
-    if reward == "yield":
+    if reward in ("yield", "unreached-yield"):
         out = []
         for c, o, s, prompt in rows:
             new = s == 0.0 and prompt not in yielded
             if new:
                 yielded.add(prompt)
             out.append((c, o, 1.0 if new else 0.0))
+        if reward == "unreached-yield":
+            p = _cell_means((jb.battle.arm, success[jb.battle.battle_id]) for jb in judged
+                            if jb.battle.battle_id in (success or {}))
+            out = [(c, o, r * (1 - p[c]) ** generations if c in p else r) for c, o, r in out]
         return out
     mean = _cell_means([(c, s) for c, _, s, _ in rows])
     if reward == "uncertainty":

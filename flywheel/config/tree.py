@@ -77,9 +77,12 @@ class SelectConfig(Strict):
         "thompson", description="Bandit policy for prompt cells and per-cell opponents.")
     opponents: Literal["bandit", "pfsp", "uniform"] = Field(
         "bandit", description="Opponent choice: a per-cell bandit, PFSP weights, or uniform.")
-    reward: Literal["yield", "progress", "uncertainty", "learnability", "validation-progress"] = Field(
+    reward: Literal["yield", "unreached-yield", "progress", "uncertainty", "learnability",
+                    "validation-progress"] = Field(
         "yield", description="Bandit reward of a battle: yield (1 if it made a new training example: the target "
-        "lost); progress (|change of the target's battle score on the cell since the last iteration|); uncertainty "
+        "lost); unreached-yield (yield times (1-p)^g, the chance that none of g of the target's own sampled "
+        "answers passes: p its own success on the cell as learnability reads it, g train.rl.generations; battles "
+        "go where its own answers cannot reach); progress (|change of the target's battle score on the cell since the last iteration|); uncertainty "
         "(4p(1-p) of its battle score p on the cell: even matches); learnability (4p(1-p) of its own success p on "
         "the cell, its answers checked by the verifier, whoever it played; games: won or drew); "
         "validation-progress (|moving average of the change of its validation accuracy on the cell from each "

@@ -1,7 +1,7 @@
 """What the bandits' rewards read from the run, per target and round; the rewards themselves are
 pure functions of it (flywheel/arena/selection.py): the previous iteration's scores per cell
 (``progress``), the prompts that already yielded this iteration (``yield``), the target's own
-success in each battle (``learnability``) and the validation gains of its training steps
+success in each battle (``learnability``, ``unreached-yield``) and the validation gains of its training steps
 (``validation-progress``: the validation split's cached answers, and nothing else)."""
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ def round_feedback(ctx: Context, target: str, k: int, mine: list[JudgedBattle],
     yielded = {jb.battle.prompt for jb in earlier if jb.score_of(target) == 0.0}
     success: dict[str, float] = {}
     progress: dict[str, float] = {}
-    if reward in ("learnability", "validation-progress"):
+    if reward in ("learnability", "validation-progress", "unreached-yield"):
         success = own_successes(ctx, version, mine)
     if reward == "validation-progress" and not askers:
         progress = selection.validation_progress(validation_gains(ctx, target, k), ctx.cfg.select.progress_weight)
-    return selection.feedback(reward, mine, version, previous, yielded, success=success, progress=progress)
+    return selection.feedback(reward, mine, version, previous, yielded, success=success, progress=progress,
+                              generations=ctx.cfg.train.rl.generations)
 
 
 def own_successes(ctx: Context, version: str, judged: list[JudgedBattle]) -> dict[str, float]:
