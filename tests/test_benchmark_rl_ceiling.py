@@ -78,3 +78,12 @@ def test_a_short_run_prints_both_arms_on_the_oracles_rows_and_ends_with_the_rati
     assert any(line.startswith("sft    final eval accuracy") for line in lines)
     assert any(line.startswith("oracle final eval accuracy") for line in lines)
     assert lines[-1].startswith("ratio: ")
+    # which categories count as learnable reads the commonest-answer guess of the world the runs took (its
+    # --set pool sizes), not the default world's
+    from benchmarks.rl import guess_by_category
+
+    world = [*sets, "world.tasks.seed=1234", "world.seed=0"]
+    guess = guess_by_category(world)
+    assert guess != guess_by_category(world[len(sets):])
+    [line] = [x for x in lines if x.startswith("the commonest answer of the train split")]
+    assert line.endswith(": " + ", ".join(f"{c} {g:.3f}" for c, g in sorted(guess.items())))
