@@ -148,7 +148,7 @@ def report(runs, sft_done, oracle_done, common: list[str]) -> None:
     gains = []
     # per world, the commonest answer's eval accuracy per category in the world the runs took (a seed
     # changes none of its prompts): a category is learnable where the best opponent beats it
-    guesses = {w.label: guess_by_category([*common, *w.overrides()]) for w, _ in runs}
+    guesses = {w.label: guess_by_category([*common, *w.overrides()]) for w in dict.fromkeys(w for w, _ in runs)}
     for (w, s), (summary, wall), (oracle, o_wall, rows) in zip(runs, sft_done, oracle_done):
         target = summary["targets"][0]
         sft_acc = figures(summary, target)["accuracy"]

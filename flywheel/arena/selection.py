@@ -14,9 +14,9 @@ Rewards (``select.reward``; see docs in ``SelectConfig``):
 - ``uncertainty``: 4 p(1 - p) of the target's battle score p on the arm (its win rate against
   the opponents; a tie, both right or both wrong, counts 0.5) - battles whose outcome is least
   predictable. A cell where both players always fail scores p = 0.5 and the top reward;
-- ``unreached-yield``: yield, times (1 - p)^g, the chance that none of g own sampled answers
-  passes (p the target's own success on the arm as ``learnability`` reads it, g
-  ``train.rl.generations``): battles buy winners' answers where the target's own answers cannot
+- ``unreached-yield``: yield, times (1 - p)^g (p the target's own success on the arm as
+  ``learnability`` reads it, g ``train.rl.generations``), a rough proxy for the chance that none of
+  g own sampled answers passes: battles buy winners' answers where the target's own answers cannot
   reach, and leave the cells it sometimes solves to them;
 - ``learnability``: 4 p(1 - p) of the target's own success p on the arm (its answer passes the
   world's check, whoever it played) - the RL curriculum signal: a cell the target solves half of

@@ -80,9 +80,9 @@ class SelectConfig(Strict):
     reward: Literal["yield", "unreached-yield", "progress", "uncertainty", "learnability",
                     "validation-progress"] = Field(
         "yield", description="Bandit reward of a battle: yield (1 if it made a new training example: the target "
-        "lost); unreached-yield (yield times (1-p)^g, the chance that none of g of the target's own sampled "
-        "answers passes: p its own success on the cell as learnability reads it, g train.rl.generations; battles "
-        "go where its own answers cannot reach); progress (|change of the target's battle score on the cell since the last iteration|); uncertainty "
+        "lost); unreached-yield (yield times (1-p)^g, p its own success on the cell as learnability reads it, g "
+        "train.rl.generations: a rough proxy for the chance that none of g of its own sampled answers passes, so "
+        "that battles go where its own answers cannot reach); progress (|change of the target's battle score on the cell since the last iteration|); uncertainty "
         "(4p(1-p) of its battle score p on the cell: even matches); learnability (4p(1-p) of its own success p on "
         "the cell, its answers checked by the verifier, whoever it played; games: won or drew); "
         "validation-progress (|moving average of the change of its validation accuracy on the cell from each "
