@@ -237,7 +237,13 @@ def launch_prefect_server(home: Path, env: dict[str, str]) -> tuple[subprocess.P
     """``prefect server start`` on a free port of 127.0.0.1 (its own process group; its log in
     ``home/server.log``), not waited for: (the process, the API URL)."""
     port = free_port()
-    env = {**env, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
+    # The scheduler keeps at most 5 runs of a deployment ahead (Prefect's default: up to 100). The
+    # schedule test's deployments trigger every 5 and 10 s and its worker asks every 2 s: with 100 ahead,
+    # the late runs piled up, the worker tried each of them again and again (106 submissions, each put
+    # back to scheduled by the deployment's concurrency limit of 1) and, in one session, the shared SQLite
+    # server answered the other workers' flows minutes late and the test passed its deadline.
+    env = {**env, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false",
+           "PREFECT_SERVER_SERVICES_SCHEDULER_MAX_RUNS": "5"}
     env.pop("PREFECT_API_URL", None)
     env.pop(SHARED_PREFECT_API, None)
     prefect = str(Path(sys.executable).parent / "prefect")
