@@ -120,7 +120,8 @@ def test_a_short_run_prints_the_two_goals_read_on_validation_from_the_summaries_
     assert f"category on {int(share >= 0.9)} of 1 runs; forgets nothing on {int(kept_all)}; both on " \
            f"{int(share >= 0.9 and kept_all)}" in line
     # the commonest-answer guess is the run's world's (its --set pool sizes), not the default world's
-    guess = guess_by_category(world)
-    assert guess != guess_by_category(world[len(sets):])
+    printed = [", ".join(f"{c} {g:.3f}" for c, g in sorted(guess_by_category(w).items()))
+               for w in (world, world[len(sets):])]
+    assert printed[0] != printed[1]
     [line] = [x for x in out.stdout.splitlines() if x.startswith("the commonest answer of the train split")]
-    assert line.endswith(": " + ", ".join(f"{c} {g:.3f}" for c, g in sorted(guess.items())))
+    assert line.endswith(": " + printed[0])

@@ -322,8 +322,8 @@ def feedback(
                 yielded.add(prompt)
             out.append((c, o, 1.0 if new else 0.0))
         if reward == "unreached-yield":
-            p = _cell_means((jb.battle.arm, success[jb.battle.battle_id]) for jb in judged
-                            if jb.battle.battle_id in (success or {}))
+            own = success or {}
+            p = _cell_means((jb.battle.arm, own[jb.battle.battle_id]) for jb in judged if jb.battle.battle_id in own)
             out = [(c, o, r * (1 - p[c]) ** generations if c in p else r) for c, o, r in out]
         return out
     mean = _cell_means([(c, s) for c, _, s, _ in rows])
