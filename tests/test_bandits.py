@@ -125,6 +125,28 @@ def test_prompt_floor_spreads_that_share_of_a_round_evenly_over_cells(floor):
     assert counts["c0"] == 120 - 5 * even
 
 
+def test_gap_spread_shares_the_spread_battles_by_category_weight_and_leaves_the_bandits_as_they_were():
+    """``select.gap_spread``: the floor's share goes to each cell by its category's weight, largest
+    remainders first (a category without a weight counts 1; an evolved arm has its category's);
+    the bandit's share is what it would have been."""
+    from flywheel.arena.selection import Selector, weighted_spread
+    from flywheel.config.tree import SelectConfig
+
+    cfg = SelectConfig(prompt_floor=0.5)
+    cells = ["add/L1", "add/L2", "rev/L1", "rev/L2", "count/L1", "evolved/add/L1"]
+    sel = Selector.new(cfg, cells, ["o1", "o2"])
+    sel.prompt.update([2] * 200 + [0, 1, 3, 4, 5] * 40, [1.0] * 200 + [0.0] * 200)  # the bandit: rev/L1
+    picks = [c for c, _ in sel.choose(cfg, 72, np.random.default_rng(0), {}, {"add": 3.0, "rev": 1.0})]
+    counts = {c: picks.count(c) for c in cells}
+    # 36 spread, weights 3, 3, 1, 1, 1 (count: none given), 3 of 12; the bandit's 36 all to rev/L1
+    assert counts == {"add/L1": 9, "add/L2": 9, "evolved/add/L1": 9, "rev/L1": 3 + 36, "rev/L2": 3, "count/L1": 3}
+    even = [c for c, _ in sel.choose(cfg, 72, np.random.default_rng(0), {}, {"add": 1.0})]
+    assert {c: even.count(c) for c in cells} == {**{c: 6 for c in cells}, "rev/L1": 42}  # weight 1: evenly
+    # what is left after the whole parts goes to the largest remainders: 6.67 and 3.33 of 10
+    rng = np.random.default_rng(1)
+    assert sorted(weighted_spread(["add/L1", "rev/L1"], 10, {"add": 2.0, "rev": 1.0}, rng)) == ["add/L1"] * 7 + ["rev/L1"] * 3
+
+
 def test_gini_is_zero_for_equal_values_and_grows_with_inequality():
     from flywheel.maths.bandits import gini
 

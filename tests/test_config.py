@@ -157,6 +157,10 @@ def _bad_inputs(tmp_path):
          "'no_such_module'"),
         (["flows/recipes/tictactoe.yaml", "--set", "train.gap_mix=2"], "error: invalid config: train.gap_mix weighs "
          "by each category's validation accuracy; a games world validates on games, not categories"),
+        (["flows/recipes/tictactoe.yaml", "--set", "select.gap_spread=2"], "error: invalid config: select.gap_spread "
+         "weighs by each category's validation accuracy; a games world validates on games, not categories"),
+        (["--set", "select.gap_spread=2", "--set", "select.prompt_floor=0"], "error: invalid config: select.gap_spread "
+         "weighs the battles select.prompt_floor spreads over the cells; with prompt_floor 0 the bandit picks them all"),
         (["--set", "train.rl.gap_pick=2"], "error: invalid config: train.rl.gap_pick weighs how prompts are picked "
          "for the target's own answers, and no iteration picks them (train.schedule: expert, onpolicy_dpo, grpo or "
          "rloo with train.rl.dynamic_sampling, or with train.rl.pick_online in one process)"),

@@ -1,5 +1,6 @@
 """train.gap_mix: SFT rows trained on more often where the target is furthest below its best
-opponent on the validation split (flywheel/learning/mix.py, flywheel/stages/train_data.py)."""
+opponent on the validation split (flywheel/learning/mix.py, flywheel/stages/train_data.py); and
+select.gap_spread, the battles spread by the same gaps (flywheel/stages/train_weights.py)."""
 
 import json
 import math
@@ -121,3 +122,53 @@ def test_a_resumed_phase_trains_on_the_weights_its_killed_run_kept(tiny_models_d
                   if len({r["reward"] for r in g}) > 1)
         assert own and trained["picks"] == {"sub": 5.0}
     assert len(curated) and trained["examples"] == 3 * (len(curated) + own)
+
+
+def _per_cell(run, k: int = 1, rnd: int = 1) -> dict[str, int]:
+    from flywheel.ground.store import RunStore
+
+    arms = [s.arm for s in RunStore(run).plan(k, rnd) if s.phase == "train"]
+    return {a: arms.count(a) for a in sorted(set(arms))}
+
+
+def test_a_run_with_gap_spread_spreads_its_battles_by_each_categorys_gap(tiny_models_dir, tmp_path):
+    """select.gap_spread 3, the whole round spread (prompt_floor 1): iteration 1 keeps each
+    category's weight, 1 + 3 x (the best opponent's validation accuracy there - student@0's, at
+    least 0), and each cell gets its share of the round's 72 battles by it."""
+    from tests.conftest import gaps_run
+
+    run, own, best = gaps_run(tiny_models_dir, tmp_path, "spread", select__gap_spread=3.0, select__prompt_floor=1.0,
+                              select__rounds=1, select__battles_per_iteration=72)
+    kept = json.loads((run / "iter-0001" / "spread-student.json").read_text())
+    assert kept == {c: pytest.approx(1 + 3 * max(0.0, best[c] - own[c]), abs=1e-4) for c in own}
+    assert max(kept.values()) > 1.5 and min(kept.values()) < max(kept.values())
+    counts = _per_cell(run)
+    total = sum(kept[a.split("/")[0]] for a in counts)
+    assert len(counts) == 18 and sum(counts.values()) == 72
+    for arm, n in counts.items():
+        quota = 72 * kept[arm.split("/")[0]] / total
+        assert math.floor(quota) <= n <= math.ceil(quota), (arm, n, quota)
+
+
+def test_a_resumed_round_spreads_its_battles_by_the_weights_its_run_kept(tiny_models_dir, tmp_path):
+    """The weights are kept before the first round is planned: a run that finds them (killed after
+    they were weighed) plans every round by them, not by weights computed again."""
+    from flywheel.config.tree import FlywheelConfig
+    from flywheel.ground.atomic import atomic_write_json
+    from flywheel.run.context import close_run, open_run
+    from flywheel.stages.iteration import run_baseline, run_to
+    from tests.conftest import tiny_tree
+
+    cfg = FlywheelConfig.model_validate(tiny_tree(tiny_models_dir, tmp_path, run__name="kept", run__iterations=1,
+                                                  select__gap_spread=3.0, select__prompt_floor=1.0,
+                                                  select__rounds=1, select__battles_per_iteration=72))
+    ctx = open_run(cfg)
+    try:
+        run_baseline(ctx)
+        atomic_write_json(ctx.store.spread_path(1, "student"), {"sub": 7.0})
+        run_to(ctx, 1)
+    finally:
+        close_run(ctx)
+    counts = _per_cell(tmp_path / "kept")
+    # sub's three cells weigh 7 each, the other fifteen 1: 72 x 7 / 36 = 14 each, 2 each for the rest
+    assert counts == {a: 14 if a.startswith("sub/") else 2 for a in counts} and len(counts) == 18

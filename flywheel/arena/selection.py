@@ -186,10 +186,15 @@ class Selector:
             self.per_cell[c] = Bandit(self.opponents, cfg.policy, cfg.opponent_discount, 0, cfg.exploration)
 
     def choose(self, cfg: SelectConfig, n: int, rng: np.random.Generator,
-               opp_win_rates: dict[str, np.ndarray]) -> list[tuple[str, str]]:
-        """``n`` (cell, opponent) choices for one round."""
+               opp_win_rates: dict[str, np.ndarray],
+               spread_by: dict[str, float] | None = None) -> list[tuple[str, str]]:
+        """``n`` (cell, opponent) choices for one round; ``spread_by``: per category, the weight of
+        its cells in the share spread over the cells (``select.gap_spread``; None: evenly)."""
         even = round(n * prompt_floor(cfg, self.prompt))
-        spread = [self.cells[i] for i in np.resize(rng.permutation(len(self.cells)), even)]
+        if spread_by is None:
+            spread = [self.cells[i] for i in np.resize(rng.permutation(len(self.cells)), even)]
+        else:
+            spread = weighted_spread(self.cells, even, spread_by, rng)
         cells = spread + [self.cells[i] for i in self.prompt.select(n - even, rng)]
         out = []
         for c in cells:
@@ -241,7 +246,8 @@ class SelectionRound:
     ``seed``; together they seed the round's draws and name its battles. ``team_seats`` > 0: a
     team game (Hanabi) of that many seats, where the opponent arm is the target's partner: the
     target and its partner (in a seat drawn per battle) play the partner's self-play team on the
-    same deal."""
+    same deal. ``spread_by``: per category, the weight of its cells in the round's evenly spread
+    share (``select.gap_spread``; None: evenly)."""
 
     target: str
     battles: int
@@ -249,6 +255,26 @@ class SelectionRound:
     rnd: int
     seed: int
     team_seats: int = 0
+    spread_by: dict[str, float] | None = None
+
+
+def category_of_arm(arm: str) -> str:
+    """The category of a prompt arm (``add/L2``, ``evolved/add/L2``): ``add``."""
+    return arm.removeprefix(EVOLVED).rsplit("/L", 1)[0]
+
+
+def weighted_spread(cells: list[str], n: int, by_category: dict[str, float],
+                    rng: np.random.Generator) -> list[str]:
+    """``n`` cells, each cell's count in proportion to its category's weight in ``by_category``
+    (1 for a category it lacks), apportioned by largest remainders (ties by the cells' order), in a
+    random order."""
+    w = np.array([by_category.get(category_of_arm(c), 1.0) for c in cells], dtype=float)
+    quota = n * w / w.sum()
+    counts = np.floor(quota).astype(int)
+    left = n - int(counts.sum())
+    counts[np.argsort(-(quota - counts), kind="stable")[:left]] += 1
+    out = [c for c, m in zip(cells, counts) for _ in range(m)]
+    return [out[i] for i in rng.permutation(len(out))]
 
 
 def plan_round(
@@ -261,7 +287,7 @@ def plan_round(
     (0.5 where absent)."""
     target, iteration, rnd, seed = this_round.target, this_round.iteration, this_round.rnd, this_round.seed
     rng = np.random.default_rng(int(stable_id(seed, iteration, rnd, target), 16) % 2**63)
-    choices = selector.choose(cfg, this_round.battles, rng, opp_win_rates or {})
+    choices = selector.choose(cfg, this_round.battles, rng, opp_win_rates or {}, this_round.spread_by)
     prompts = pick_prompts(pool_by_cell, choices, used, rng)
     askers = [""] * len(choices)
     if selector.askers is not None:  # its own draws: the prompts and opponents are those of one asker

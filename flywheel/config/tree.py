@@ -104,6 +104,11 @@ class SelectConfig(Strict):
                                                  "bandit, 1 = all even); auto: 1 - the Gini coefficient of the prompt "
                                                  "bandit's value estimates over the cells, each round (even where the "
                                                  "cells look alike, bandit where a few stand out).")
+    gap_spread: float = Field(0.0, ge=0, description="Spreads the prompt_floor's share of each round's battles "
+                              "by category instead of evenly: a cell gets battles in proportion to 1 + gap_spread x "
+                              "g, g the best opponent's validation accuracy in its category minus that of the "
+                              "target's version in use (at least 0; the gaps train.gap_mix weighs rows by); 0: "
+                              "evenly. Prompt worlds.")
     exploration: float = Field(1.0, gt=0, description="Exploration strength (UCB's c, EXP3's gamma/0.1).")
     pfsp_mode: Literal["hard", "variance"] = Field("hard", description="PFSP f(x): (1-x)^p or x(1-x).")
     pfsp_power: float = Field(2.0, gt=0, description="PFSP exponent p for the 'hard' mode.")
@@ -317,6 +322,9 @@ class FlywheelConfig(Strict):
             if remote:
                 raise ValueError(f"allocate.signal: loss needs local transformers targets (validation loss on the "
                                  f"reference answers); not: {', '.join(remote)}")
+        if self.select.gap_spread and self.select.prompt_floor == 0:
+            raise ValueError("select.gap_spread weighs the battles select.prompt_floor spreads over the cells; "
+                             "with prompt_floor 0 the bandit picks them all")
         if (self.world.kind == "games") != (self.judge.kind == "game"):
             raise ValueError("world.kind games and judge.kind game go together (the rules judge the games)")
         if self.world.kind == "games":
@@ -329,7 +337,8 @@ class FlywheelConfig(Strict):
                                  "position against every reference player (its win-or-draw rates need them all)")
             if self.curate.style_control:
                 raise ValueError("curate.style_control is for prompt worlds: a game's rules judge moves, not style")
-            for name, on in (("train.gap_mix", self.train.gap_mix), ("train.rl.gap_pick", self.train.rl.gap_pick)):
+            for name, on in (("train.gap_mix", self.train.gap_mix), ("train.rl.gap_pick", self.train.rl.gap_pick),
+                             ("select.gap_spread", self.select.gap_spread)):
                 if on:
                     raise ValueError(f"{name} weighs by each category's validation accuracy; a games world "
                                      "validates on games, not categories")

@@ -110,6 +110,11 @@ class RunStore(PlanFiles):
         runs (``train.checkpoint_steps``), so that a killed run resumes it; removed once done."""
         return self.iter_dir(k) / "train-state" / target
 
+    def spread_path(self, k: int, target: str) -> Path:
+        """Where iteration ``k``'s select stage keeps ``target``'s per-category weights of the
+        evenly spread battles (``select.gap_spread``), so that every round, resumed or not, reads the same."""
+        return self.iter_dir(k) / f"spread-{target}.json"
+
     def rollout_log(self, k: int, target: str) -> Path:
         """Where iteration ``k``'s GRPO phase of ``target`` appends its rollouts until the train
         stage publishes them as the dataset ``iter-000k/rollouts``."""

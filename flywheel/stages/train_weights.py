@@ -1,11 +1,14 @@
-"""The train stage's weights by category, from the gap between the best opponent's validation
-accuracy and the target's: how often each SFT row appears (``train.gap_mix``) and what each
-prompt's pick score is multiplied by (``train.rl.gap_pick``). Weighed once an iteration and kept
-in the train state, so that a resumed phase and every ``accelerate`` rank use the same ones."""
+"""Weights by category, from the gap between the best opponent's validation accuracy and the
+target's: how often each SFT row appears (``train.gap_mix``), what each prompt's pick score is
+multiplied by (``train.rl.gap_pick``), and how the select stage spreads the battles it does not
+leave to the bandit (``select.gap_spread``). Weighed once an iteration and kept (in the train
+state, or beside the select stage's plans), so that a resumed phase or round and every
+``accelerate`` rank use the same ones."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from flywheel.config.tree import picks_prompts
 from flywheel.ground.atomic import atomic_write_json, read_json
@@ -25,8 +28,8 @@ def mix_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     method = tc.method_of(k)
     if not tc.gap_mix or not (method in ("sft", "expert") or method.startswith("sft+")):
         return None
-    return category_gaps(ctx, k, t, name="train.gap_mix", strength=tc.gap_mix, file="mix.json",
-                         says="rows of %s in the data, on average")
+    return category_gaps(ctx, k, t, name="train.gap_mix", strength=tc.gap_mix,
+                         kept=ctx.store.train_state_dir(k, t) / "mix.json", says="rows of %s in the data, on average")
 
 
 def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
@@ -36,18 +39,28 @@ def pick_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
     tc = ctx.cfg.train
     if not tc.rl.gap_pick or not picks_prompts(tc, tc.method_of(k)):
         return None
-    return category_gaps(ctx, k, t, name="train.rl.gap_pick", strength=tc.rl.gap_pick, file="pick.json",
-                         says="learnability of %s's prompts, times")
+    return category_gaps(ctx, k, t, name="train.rl.gap_pick", strength=tc.rl.gap_pick,
+                         kept=ctx.store.train_state_dir(k, t) / "pick.json", says="learnability of %s's prompts, times")
 
 
-def category_gaps(ctx: Context, k: int, t: str, *, name: str, strength: float, file: str,
+def spread_weights(ctx: Context, k: int, t: str) -> dict[str, float] | None:
+    """``select.gap_spread``: per category, the weight of a cell of it in the evenly spread share of
+    target ``t``'s battles in iteration ``k`` (``select.prompt_floor``). None with ``gap_spread`` 0."""
+    strength = ctx.cfg.select.gap_spread
+    if not strength:
+        return None
+    return category_gaps(ctx, k, t, name="select.gap_spread", strength=strength, kept=ctx.store.spread_path(k, t),
+                         says="evenly spread battles of %s, weighed by")
+
+
+def category_gaps(ctx: Context, k: int, t: str, *, name: str, strength: float, kept: Path,
                   says: str) -> dict[str, float]:
     """Per category, 1 + ``strength`` x the gap between the best opponent's validation accuracy and
-    target ``t``'s version trained from (``flywheel.learning.mix.gap_weights``; the opponents'
-    answered once a run, through the generation cache). Kept in the train state as ``file``, so
-    that a killed phase resumes, and every ``accelerate`` rank trains, on the same weights, even
+    target ``t``'s version in use in iteration ``k`` (the one it trains from;
+    ``flywheel.learning.mix.gap_weights``; the opponents' answered once a run, through the
+    generation cache). Kept at ``kept`` (the train state, or the select stage's file), so that a
+    killed phase or round resumes, and every ``accelerate`` rank trains, on the same weights, even
     where an opponent's call failed and is asked again."""
-    kept = ctx.store.train_state_dir(k, t) / file
     if (stored := read_json(kept)) is not None:
         return stored
     version = ctx.current_version(t, k)
