@@ -126,9 +126,9 @@ def test_prompt_floor_spreads_that_share_of_a_round_evenly_over_cells(floor):
 
 
 def test_gap_spread_shares_the_spread_battles_by_category_weight_and_leaves_the_bandits_as_they_were():
-    """``select.gap_spread``: the floor's share goes to each cell by its category's weight, largest
-    remainders first (a category without a weight counts 1; an evolved arm has its category's);
-    the bandit's share is what it would have been."""
+    """``select.gap_spread``: the floor's share goes to each cell by its category's weight (a category
+    without a weight counts 1; an evolved arm has its category's); the bandit's share is as large
+    as it would have been."""
     from flywheel.arena.selection import Selector, weighted_spread
     from flywheel.config.tree import SelectConfig
 
@@ -142,9 +142,16 @@ def test_gap_spread_shares_the_spread_battles_by_category_weight_and_leaves_the_
     assert counts == {"add/L1": 9, "add/L2": 9, "evolved/add/L1": 9, "rev/L1": 3 + 36, "rev/L2": 3, "count/L1": 3}
     even = [c for c, _ in sel.choose(cfg, 72, np.random.default_rng(0), {}, {"add": 1.0})]
     assert {c: even.count(c) for c in cells} == {**{c: 6 for c in cells}, "rev/L1": 42}  # weight 1: evenly
-    # what is left after the whole parts goes to the largest remainders: 6.67 and 3.33 of 10
-    rng = np.random.default_rng(1)
-    assert sorted(weighted_spread(["add/L1", "rev/L1"], 10, {"add": 2.0, "rev": 1.0}, rng)) == ["add/L1"] * 7 + ["rev/L1"] * 3
+    # what is left after the whole parts goes by the fractions, whatever a cell's place: of 10,
+    # rev/L1's quota 6.67 (7 or 6 battles, 7 two times in three), and of 10 over 18 cells of weight 1
+    # each cell has 0 or 1, as often as the others
+    rev = [weighted_spread(["add/L1", "rev/L1"], 10, {"add": 1.0, "rev": 2.0}, np.random.default_rng(i)).count("rev/L1")
+           for i in range(3000)]
+    assert set(rev) == {6, 7} and np.mean(rev) == pytest.approx(20 / 3, abs=0.03)
+    many = [f"c{i}/L1" for i in range(18)]
+    got = [weighted_spread(many, 10, {}, np.random.default_rng(i)) for i in range(3000)]
+    assert all(len(g) == len(set(g)) == 10 for g in got)
+    assert all(sum(c in g for g in got) / 3000 == pytest.approx(10 / 18, abs=0.04) for c in many)
 
 
 def test_gini_is_zero_for_equal_values_and_grows_with_inequality():

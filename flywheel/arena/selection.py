@@ -265,14 +265,20 @@ def category_of_arm(arm: str) -> str:
 
 def weighted_spread(cells: list[str], n: int, by_category: dict[str, float],
                     rng: np.random.Generator) -> list[str]:
-    """``n`` cells, each cell's count in proportion to its category's weight in ``by_category``
-    (1 for a category it lacks), apportioned by largest remainders (ties by the cells' order), in a
-    random order."""
+    """``n`` cells, in a random order, each cell's count its quota of ``n`` by its category's weight
+    in ``by_category`` (1 for a category it lacks) rounded down, and one more with the chance of the
+    quota's fraction: the battles left after the whole parts are drawn by systematic sampling over
+    the fractions, the cells taken in a random order, so that a cell gets its quota on average and
+    no cell is favoured by its place in the list."""
     w = np.array([by_category.get(category_of_arm(c), 1.0) for c in cells], dtype=float)
     quota = n * w / w.sum()
     counts = np.floor(quota).astype(int)
     left = n - int(counts.sum())
-    counts[np.argsort(-(quota - counts), kind="stable")[:left]] += 1
+    if left > 0:
+        order = rng.permutation(len(cells))
+        edges = np.cumsum((quota - counts)[order])
+        at = (rng.random() + np.arange(left)) * edges[-1] / left
+        counts[order[np.minimum(np.searchsorted(edges, at, side="right"), len(cells) - 1)]] += 1
     out = [c for c, m in zip(cells, counts) for _ in range(m)]
     return [out[i] for i in rng.permutation(len(out))]
 
