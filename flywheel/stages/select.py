@@ -41,8 +41,8 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
                                                      selection.opponent_arms(cfg, ctx.roster.opponents))
             gc = ctx.cfg.world.games
             seats = gc.hanabi.players if ctx.cfg.world.kind == "games" and "hanabi" in gc.games else 0
-            this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed, seats,
-                                                  spread_weights(ctx, k, t))
+            this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed, team_seats=seats,
+                                                  spread_by=spread_weights(ctx, k, t))
             specs += selection.plan_round(selectors[t], cfg, ctx.pool_by_cell, this_round, used,
                                           opp_win_rates=rates)
         ctx.store.write_plan(k, rnd, specs, ctx.cfg.run.shard_size)
