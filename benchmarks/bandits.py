@@ -68,7 +68,7 @@ import numpy as np
 
 from benchmarks.stats import budget_ratio, default_jobs, isotonic, mean_ci, parse_seeds, run_all
 from benchmarks.worlds import World, add_world_args, describe, worlds_of
-from flywheel.arena.selection import REWARDS
+from flywheel.arena.bandit_rewards import REWARDS
 from flywheel.config.loading import parse_overrides
 from flywheel.maths.bandits import POLICIES, Bandit
 from flywheel.stages.select import round_budget

@@ -13,7 +13,7 @@ train battle of the target falls in one of three groups:
 
 The figure of a group is its yield per battle: the share of its battles that made a new training
 example (the target lost on a prompt that had not yielded yet in the iteration: the ``yield``
-reward, flywheel/arena/selection.py), and beside it the share of its battles that both players got
+reward, flywheel/arena/bandit_rewards.py), and beside it the share of its battles that both players got
 wrong (no one to learn from). Per group: the mean over the runs and its 95% CI; then the
 differences ``evolved - parents`` and ``evolved - parent arms``, per run, mean and 95% CI; per
 evolving method, the evolved prompts' yield. The last line, ``ratio: X``, is evolved / parents
@@ -45,7 +45,7 @@ GROUPS = ("evolved", "parents", "parent arms")
 def groups_of(store, target: str) -> dict[str, list[int]]:
     """Per group (and ``evolved:<method>``), [battles, new examples, both wrong] over iterations 2
     and on (both wrong: a ``tie (bothbad)``, where no player could teach the prompt)."""
-    from flywheel.arena.selection import feedback, plays
+    from flywheel.arena.bandit_rewards import feedback, plays
 
     lineage = {e.id: e for e in store.evolved()}
     arm_of_prompt = {}

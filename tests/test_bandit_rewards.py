@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from flywheel.arena.battles import generation_keys
-from flywheel.arena.selection import (
+from flywheel.arena.bandit_rewards import (
     GAMES_HAVE_NO_VALIDATION_ANSWERS,
-    Selector,
     cell_gains,
     feedback,
     own_success,
     validation_progress,
 )
+from flywheel.arena.battles import generation_keys
+from flywheel.arena.selection import Selector
 from flywheel.config.loading import ConfigError, load_config
 from flywheel.config.tree import FlywheelConfig, SelectConfig
 from flywheel.ground.records import Battle, JudgedBattle, Judgment

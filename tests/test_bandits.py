@@ -79,7 +79,7 @@ def test_pfsp_weights():
 
 
 def test_yield_reward_counts_only_new_training_examples():
-    from flywheel.arena.selection import feedback
+    from flywheel.arena.bandit_rewards import feedback
     from flywheel.ground.records import Battle, JudgedBattle, Judgment
 
     def b(i, prompt, winner):

@@ -362,7 +362,8 @@ def test_with_tactics_every_untaken_win_and_open_single_threat_of_a_target_is_co
 
 # -- self-play -----------------------------------------------------------------------------
 def test_the_self_arm_plays_earlier_versions_and_is_rewarded_as_self():
-    from flywheel.arena.selection import SELF, SelectionRound, Selector, feedback, opponent_arms, plan_round
+    from flywheel.arena.bandit_rewards import feedback
+    from flywheel.arena.selection import SELF, SelectionRound, Selector, opponent_arms, plan_round
     from flywheel.config.tree import SelectConfig
 
     cfg = SelectConfig(self_play=True, opponents="uniform", prompt_floor=1.0)

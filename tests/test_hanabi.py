@@ -289,7 +289,8 @@ def test_the_partner_is_the_bandit_arm_of_a_team_battle():
     """A train battle's opponent arm is the target's partner: the target with the cautious bot
     against the bot's own team is the ``cautious`` arm, with an earlier version the ``self`` arm;
     the target's side is its team's."""
-    from flywheel.arena.selection import SELF, _opponent, _seat_a, partner_team, plays
+    from flywheel.arena.bandit_rewards import _opponent, _seat_a, plays
+    from flywheel.arena.selection import SELF, partner_team
 
     team = partner_team("k", "student@2", "cautious", 3)
     assert sorted(team.split("+")) == ["cautious", "cautious", "student@2"]

@@ -3,7 +3,7 @@ give the parents, the procedural evolver or a player rewrites them, and what sur
 decontamination joins the train pool with its lineage (flywheel/worlds/evolution.py says how
 prompts are rewritten and what is refused; flywheel/stages/evolve.py stores them).
 
-The yield of a battle is the ``yield`` reward's (flywheel/arena/selection.py): 1 where the target
+The yield of a battle is the ``yield`` reward's (flywheel/arena/bandit_rewards.py): 1 where the target
 lost on a prompt that had not yielded yet this iteration, a new training example.
 """
 
@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from flywheel.arena import selection
+from flywheel.arena import bandit_rewards
 from flywheel.config.tree import PROCEDURAL, EvolveConfig
 from flywheel.ground.records import EvolvedPrompt, JudgedBattle, Prompt, stable_id
 from flywheel.worlds.evolution import HeldOut, instructions, procedural, rewritten
@@ -40,8 +40,8 @@ def arm_yields(judged: list[JudgedBattle], targets: Iterable[str]) -> tuple[dict
     new: dict[str, int] = {}
     yielded: set[str] = set()
     for t in targets:
-        mine = [jb for jb in judged if selection.plays(jb.battle, t)]
-        for jb, (arm, _, reward) in zip(mine, selection.feedback("yield", mine, t, {}, set())):
+        mine = [jb for jb in judged if bandit_rewards.plays(jb.battle, t)]
+        for jb, (arm, _, reward) in zip(mine, bandit_rewards.feedback("yield", mine, t, {}, set())):
             battles[arm] = battles.get(arm, 0) + 1
             new[arm] = new.get(arm, 0) + int(reward)
             if reward:

@@ -4,13 +4,16 @@ base every section shares. Import them from ``flywheel.config.tree``."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+Share = Annotated[float, Field(ge=0, le=1)]  # a share of something: 0 to 1
 
 
 class PlayerConfig(Strict):

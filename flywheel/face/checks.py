@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from flywheel.arena.selection import GAMES_HAVE_NO_VALIDATION_ANSWERS
+from flywheel.arena.bandit_rewards import GAMES_HAVE_NO_VALIDATION_ANSWERS
 from flywheel.config.tree import (
     PROCEDURAL,
     RL_METHODS,

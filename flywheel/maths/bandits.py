@@ -205,7 +205,7 @@ def pfsp_weights(win_rates: np.ndarray, mode: str = "hard", p: float = 2.0) -> n
 
 def validation_progress(gains: list[dict[str, float]], weight: float) -> dict[str, float]:
     """The ``validation-progress`` reward per cell from the target's training steps, oldest first
-    (``flywheel.arena.selection.cell_gains`` of each step's version against the version it was
+    (``flywheel.arena.bandit_rewards.cell_gains`` of each step's version against the version it was
     trained from): |m| x 2, at most 1 (the scale of ``progress``), where m is an exponential moving
     average of the cell's gains that starts at the first step's gain and gives each later step ``weight``: an older
     step's gain fades by (1 - weight) per step, as the target drifts away from it, and noise that

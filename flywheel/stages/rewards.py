@@ -1,12 +1,12 @@
 """What the bandits' rewards read from the run, per target and round; the rewards themselves are
-pure functions of it (flywheel/arena/selection.py): the previous iteration's scores per cell
+pure functions of it (flywheel/arena/bandit_rewards.py): the previous iteration's scores per cell
 (``progress``), the prompts that already yielded this iteration (``yield``), the target's own
 success in each battle (``learnability``, ``unreached-yield``) and the validation gains of its training steps
 (``validation-progress``: the validation split's cached answers, and nothing else)."""
 
 from __future__ import annotations
 
-from flywheel.arena import selection
+from flywheel.arena import bandit_rewards
 from flywheel.arena.battles import cached_answers
 from flywheel.arena.selection import arm_of
 from flywheel.ground.records import JudgedBattle, versioned
@@ -22,9 +22,9 @@ def round_feedback(ctx: Context, target: str, k: int, mine: list[JudgedBattle],
     the asker in the cell's place (``validation-progress``, measured per cell, is then learnability)."""
     reward = ctx.cfg.select.reward
     version = ctx.current_version(target, k)
-    arms = selection.by_asker if askers else list
+    arms = bandit_rewards.by_asker if askers else list
     mine, earlier = arms(mine), arms(earlier)
-    previous = (selection.arm_scores(arms(ctx.store.judged(k - 1, "train")), target)
+    previous = (bandit_rewards.arm_scores(arms(ctx.store.judged(k - 1, "train")), target)
                 if reward == "progress" and k > 1 else {})
     yielded = {jb.battle.prompt for jb in earlier if jb.score_of(target) == 0.0}
     success: dict[str, float] = {}
@@ -32,8 +32,8 @@ def round_feedback(ctx: Context, target: str, k: int, mine: list[JudgedBattle],
     if reward in ("learnability", "validation-progress", "unreached-yield"):
         success = own_successes(ctx, version, mine)
     if reward == "validation-progress" and not askers:
-        progress = selection.validation_progress(validation_gains(ctx, target, k), ctx.cfg.select.progress_weight)
-    return selection.feedback(reward, mine, version, previous, yielded, success=success, progress=progress,
+        progress = bandit_rewards.validation_progress(validation_gains(ctx, target, k), ctx.cfg.select.progress_weight)
+    return bandit_rewards.feedback(reward, mine, version, previous, yielded, success=success, progress=progress,
                               generations=ctx.cfg.train.rl.generations)
 
 
@@ -45,7 +45,7 @@ def own_successes(ctx: Context, version: str, judged: list[JudgedBattle]) -> dic
     check = None if ctx.cfg.world.kind == "games" else build_verifier(ctx.cfg.judge.verifier).correct
     out = {}
     for jb in judged:
-        s = selection.own_success(jb, version, check)
+        s = bandit_rewards.own_success(jb, version, check)
         if s is not None:
             out[jb.battle.battle_id] = s
     return out
@@ -57,14 +57,14 @@ def validation_gains(ctx: Context, target: str, k: int) -> list[dict[str, float]
     version it made, from the answers their evaluations cached (``evaluate.validate``). Reads the
     validation split only: neither the eval split nor any battle."""
     if ctx.cfg.world.kind == "games":
-        raise ValueError(selection.GAMES_HAVE_NO_VALIDATION_ANSWERS)
+        raise ValueError(bandit_rewards.GAMES_HAVE_NO_VALIDATION_ANSWERS)
     cells = {p.id: arm_of(p) for p in ctx.validation}
     right: dict[str, dict[str, bool]] = {}
     for j in range(1, k):
         for v in (ctx.current_version(target, j), versioned(target, j)):
             if v not in right:
                 right[v] = validation_right(ctx, v)
-    return [selection.cell_gains(right[ctx.current_version(target, j)], right[versioned(target, j)], cells)
+    return [bandit_rewards.cell_gains(right[ctx.current_version(target, j)], right[versioned(target, j)], cells)
             for j in range(1, k)]
 
 

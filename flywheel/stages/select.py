@@ -4,7 +4,7 @@ bandits' state (``bandits/`` in the run directory; flywheel/run/selectors.py rea
 
 from __future__ import annotations
 
-from flywheel.arena import selection
+from flywheel.arena import bandit_rewards, selection
 from flywheel.ground.atomic import atomic_write_json
 from flywheel.ground.records import BattleSpec
 from flywheel.run.context import Context, stage
@@ -37,7 +37,7 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             used = {s.prompt_id for s in earlier if version in (s.model_a, s.model_b)}
             rates = {}
             if cfg.opponents == "pfsp":
-                rates = selection.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
+                rates = bandit_rewards.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
                                                      selection.opponent_arms(cfg, ctx.roster.opponents))
             gc = ctx.cfg.world.games
             seats = gc.hanabi.players if ctx.cfg.world.kind == "games" and "hanabi" in gc.games else 0
@@ -62,8 +62,8 @@ def reward_round(ctx: Context, k: int, rnd: int) -> RewardResult:
         if path.exists():
             continue
         sel = load_selector(ctx, t, k, rnd)
-        mine = [jb for jb in judged if jb.battle.battle_id in round_ids and selection.plays(jb.battle, t)]
-        earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and selection.plays(jb.battle, t)]
+        mine = [jb for jb in judged if jb.battle.battle_id in round_ids and bandit_rewards.plays(jb.battle, t)]
+        earlier = [jb for jb in judged if jb.battle.battle_id not in round_ids and bandit_rewards.plays(jb.battle, t)]
         feedback = round_feedback(ctx, t, k, mine, earlier)
         asked = round_feedback(ctx, t, k, mine, earlier, askers=True) if sel.askers is not None else []
         sel.update(feedback, [(a, r) for a, _, r in asked])
