@@ -53,7 +53,8 @@ def test_a_served_tiny_model_answers_as_the_local_player_does(tiny_models_dir, t
         params = SamplingParams(12, None, 0, ())
         for name in ("calc", "scribe"):
             path = str(tiny_models_dir / name)
-            local = TransformersPlayer(name, path).generate(prompts, params)
+            # on the server's device (SERVE: the CPU); auto would pick a GPU, in bf16
+            local = TransformersPlayer(name, path, device="cpu").generate(prompts, params)
             served = OpenAIPlayer(name, model=path, base_urls=[base_url(cfg)])
             served.chat = False  # no chat template: raw text through /v1/completions
             remote = served.generate(prompts, params)
@@ -108,6 +109,7 @@ def server_pid(port: int) -> int:
 
 def test_a_served_and_tracked_run_asks_each_version_by_path_and_outlives_its_server_dying(
         tiny_models_dir, tmp_path, cli_env):
+    pytest.importorskip("mlflow")  # the tracking extra, which make install installs (a GPU check may carry none)
     port = free_port()
     tree = served_tree(tiny_models_dir, tmp_path / "runs", port, run__name="served", run__iterations=1)
     tree["serve"] = {"command": SERVE, "port": port}  # the run starts and stops its own server
