@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU machine that reaches no package registry. At most 9 minutes and a
-# half (on one H200, 2026-12-01: 27 s to install, 70 s of tests on 6 workers, 40 s of run, about
-# 200 s of benchmark; 335 s in all):
+# half (on one H200, 2026-12-01: 27 s to install, 70 s of tests on 6 workers, 46 s of run, 184 s
+# of benchmark; 335 s in all):
 #   1. the tests whose code takes another path on a GPU (precision, device placement, training,
 #      the on-policy methods, RL, the reward model, the gap mix and spread, the local and served players);
 #   2. a short flywheel run with every local player and the training on device auto (the GPU);
