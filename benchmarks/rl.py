@@ -20,7 +20,9 @@ accuracy per category (a category where no model beats it is not learnable in th
 how many runs the arm reaches 0.90 of the best opponent in every learnable category, on how many it
 forgets nothing (no category's eval accuracy more than 0.02 below the starting version's), and both;
 then the same two read on the validation split (the opponents' own validation figures, the
-commonest answer's there), what a tuning rule reads. The last line
+commonest answer's there), what a tuning rule reads; per split, the chance that a model exactly as
+good as the best opponent would reach its 0.90 on a run and on more than half of them
+(``benchmarks.goal_chance``). The last line
 is ``ratio:`` the ``rl`` arm's mean accuracy over the ``sft`` arm's at the largest budget (without
 an ``rl`` arm, the last arm named; with no ``sft`` arm, no ratio).
 
@@ -39,6 +41,7 @@ import time
 from pathlib import Path
 
 from benchmarks.efficacy import GOALS, by_category, figures, run_once
+from benchmarks.goal_chance import equal_model_passes, more_than_half, prompts_by_category
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
@@ -276,11 +279,18 @@ def main() -> None:
         val_gains: dict[str, list[float]] = {a: [] for a in chosen if a != "sft"}  # what a tuning choice reads
         flat: dict[str, list[float]] = {a: [] for a in chosen}  # the last iteration's trainer's flat groups
         rm_accuracy: list[float] = []
+        equal: dict[str, list[float]] = {"eval": [], "validation": []}  # per run: an equal model's chance
         for w in worlds:
             world = [*common, *w.overrides()]  # the world the runs took: a seed changes none of its prompts
             guess = guess_by_category(world, recipe=args.recipe)
             guess_val = guess_by_category(world, "validation", args.recipe)
+            counts = {split: prompts_by_category(world, split, args.recipe) for split in equal}
             for s in seeds:
+                first = results[(next(iter(chosen)), b, w, s)][0]  # the opponents' figures: the same in every arm
+                for split, g in (("eval", guess), ("validation", guess_val)):
+                    chance = equal_model_passes(first, first["targets"][0], g, counts[split], split, LEARNABLE_MARGIN)
+                    if chance is not None:
+                        equal[split].append(chance)
                 row, val = {}, {}
                 for c, g in guess.items():
                     guessed.setdefault(c, []).append(g)
@@ -368,6 +378,12 @@ def main() -> None:
                       f"every learnable category on {sum(x >= 0.9 for x, _ in got_val)} of {len(got_val)} runs; forgets "
                       f"nothing on {sum(k for _, k in got_val)}; both on {sum(x >= 0.9 and k for x, k in got_val)}"
                       + (f" ({unread[arm]} more runs' opponents have no validation figures)" if unread[arm] else ""))
+        for split, chances in equal.items():
+            if chances:
+                print(f"a model exactly as good as the best opponent in every learnable category (each {split} prompt "
+                      f"right independently) reaches 0.90 of it everywhere on {split} with probability "
+                      f"{statistics.fmean(chances):.2f} a run (mean over {len(chances)} runs), on more than half of "
+                      f"them with probability {more_than_half(chances):.2f}")
         compared = ratio_arm(list(chosen))
         if compared is not None:
             last_ratio = statistics.fmean(acc[compared]) / statistics.fmean(acc["sft"])

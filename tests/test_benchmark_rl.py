@@ -1,6 +1,7 @@
 """benchmarks/rl.py: every arm it offers is a config the flywheel accepts, from the embedded
 default and from a recipe, and differs from sft only as it says."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,38 @@ def test_each_runs_summary_is_kept_under_its_runs_name_for_a_reader_to_check(tmp
     assert kept == runs
 
 
+def test_more_than_half_of_the_runs_is_the_poisson_binomial_tail():
+    from benchmarks.goal_chance import more_than_half
+
+    assert more_than_half([1.0, 1.0, 0.0]) == 1.0 and more_than_half([1.0, 0.0]) == 0.0  # 1 of 2 is not more
+    assert more_than_half([0.5, 0.5]) == pytest.approx(0.25)
+    assert more_than_half([0.5] * 3) == pytest.approx(0.5)
+    assert more_than_half([0.3] * 6) == pytest.approx(sum(
+        math.comb(6, k) * 0.3**k * 0.7 ** (6 - k) for k in (4, 5, 6)))
+
+
+def test_a_model_as_good_as_the_best_opponent_passes_by_the_binomial_tail_of_each_learnable_category():
+    """The chance is the product over the learnable categories (the best opponent 0.05 above the
+    commonest answer) of the binomial chance of scoring at least 0.90 of the best opponent's count;
+    a category that only a guess reaches, or no model, counts for nothing."""
+    from benchmarks.efficacy import chance_at_least
+    from benchmarks.goal_chance import equal_model_passes
+
+    def ev(add, count, rev):
+        return {"accuracy_by_category": {"add": add, "count": count, "rev": rev}}
+
+    summary = {"targets": ["s"], "iterations": [
+        {"iteration": 0, "current": {"s": "s@0"}, "eval": {"s@0": ev(0.0, 0.3, 0.0)},
+         "opponents_eval": {"calc": ev(0.2, 0.1, 0.0), "scribe": ev(0.0, 0.33, 0.5)}}]}
+    counts = {"add": 20, "count": 30, "rev": 10}
+    got = equal_model_passes(summary, "s", {"add": 0.0, "count": 0.3, "rev": 0.0}, counts, "eval", 0.05)
+    # add: calc's 4 of 20, at least 0.9 x 4 -> 4; rev: scribe's 5 of 10 -> 5; count: 0.33 is a guess
+    assert got == pytest.approx(chance_at_least(20, 0.2, 0.9 * 4 / 20) * chance_at_least(10, 0.5, 0.9 * 5 / 10))
+    assert chance_at_least(20, 0.2, 0.9 * 4 / 20) == pytest.approx(1 - sum(
+        math.comb(20, k) * 0.2**k * 0.8 ** (20 - k) for k in range(4)))
+    assert equal_model_passes(summary, "s", {}, counts, "validation", 0.05) is None  # no validation figures
+
+
 def test_a_short_run_prints_the_two_goals_read_on_validation_from_the_summaries_it_keeps(tmp_path, cli_env):
     """``python -m benchmarks.rl`` as a user runs it, on the tiny suite and models: the line a tuning
     rule reads (the two goals on the validation split) counts what the kept summary holds."""
@@ -125,3 +158,11 @@ def test_a_short_run_prints_the_two_goals_read_on_validation_from_the_summaries_
     assert printed[0] != printed[1]
     [line] = [x for x in out.stdout.splitlines() if x.startswith("the commonest answer of the train split")]
     assert line.endswith(": " + printed[0])
+    # what a model exactly as good as the best opponent would score on the goal, from the same summary
+    from benchmarks.goal_chance import equal_model_passes, prompts_by_category
+
+    chance = equal_model_passes(summary, "student", guess_by_category(world, "validation"),
+                                prompts_by_category(world, "validation"), "validation", 0.05)
+    [line] = [x for x in out.stdout.splitlines() if "everywhere on validation with probability" in x]
+    assert f"with probability {chance:.2f} a run (mean over 1 runs), on more than half of them with probability " \
+           f"{chance:.2f}" in line
