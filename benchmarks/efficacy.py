@@ -125,6 +125,20 @@ def chance_at_least(n: int, p: float, bar: float) -> float:
     return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(need, n + 1))
 
 
+def equal_passes(n: int, top: float, scale: float = 1.0) -> float:
+    """The chance that a model ``scale`` x as good as an opponent who scored ``top`` on ``n`` prompts
+    (each prompt right independently) scores at least 0.90 of the opponent's count there."""
+    return chance_at_least(n, min(1.0, scale * top), GOALS["worst_category"][1] * round(top * n) / n)
+
+
+def count_by_category(prompts) -> dict[str, int]:
+    """Per category, how many of ``prompts`` it has."""
+    out: dict[str, int] = {}
+    for p in prompts:
+        out[p.category] = out.get(p.category, 0) + 1
+    return out
+
+
 def holds_still(n: int, first: float) -> float:
     """The chance that a new version exactly as good as iteration 0 in a category (accuracy
     ``first`` on ``n`` prompts), its answers right or wrong independently of iteration 0's, does not
@@ -201,9 +215,7 @@ def category_table(summaries: list[dict], cfg) -> None:
     each run's own (each world pre-trains its own opponents); its accuracy is the mean over runs."""
     from flywheel.worlds.world import world_pools
 
-    sizes: dict[str, int] = {}
-    for p in world_pools(cfg.world).eval:
-        sizes[p.category] = sizes.get(p.category, 0) + 1
+    sizes = count_by_category(world_pools(cfg.world).eval)
     for target in summaries[0]["targets"]:
         cats = [by_category(s, target) for s in summaries]
         print(f"{target} per category, mean +- 95% CI over the {len(summaries)} runs (in-use version; eval split):")
@@ -217,7 +229,7 @@ def category_table(summaries: list[dict], cfg) -> None:
             name = names[0] if len(names) == 1 else "best"
             # a model exactly as good as the best opponent here, its answers right or wrong
             # independently of theirs
-            eq = chance_at_least(n, top, GOALS["worst_category"][1] * round(top * n) / n) if top > 0 else 1.0
+            eq = equal_passes(n, top) if top > 0 else 1.0
             hold = holds_still(n, first[0])
             equal, held = equal * eq, held * hold
             share = f"{last[0] / top:.2f}" if top > 0 else "-"

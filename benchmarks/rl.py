@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from benchmarks.efficacy import GOALS, by_category, figures, run_once
-from benchmarks.goal_chance import equal_model_passes, more_than_half, prompts_by_category
+from benchmarks.goal_chance import LEARNABLE_MARGIN, chance_line, equal_model_passes, learnable, prompts_by_category
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
@@ -154,9 +154,6 @@ def guess_by_category(overrides: list[str], split: str = "eval", recipe: Path | 
     return {c: sum(v) / len(v) for c, v in out.items()}
 
 
-LEARNABLE_MARGIN = 0.05
-
-
 def two_goals(summary: dict, target: str, guess: dict[str, float], split: str = "eval") -> tuple[float, bool] | None:
     """The second goal read on ``split`` (``eval`` or ``validation``) for ``target``'s version in use:
     the lowest share of the best opponent's accuracy over the learnable categories (those where the
@@ -166,10 +163,9 @@ def two_goals(summary: dict, target: str, guess: dict[str, float], split: str = 
     cats = by_category(summary, target, split)
     if not cats:
         return None
-    learnable = [last / top for c, (last, _, top, _) in cats.items()
-                 if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN and max(top, last) > 0]
+    shares = [last / top for c, (last, _, top, _) in cats.items() if learnable(top, guess.get(c, 0.0))]
     kept = all(first - last <= GOALS["forgetting"][1] + 1e-9 for last, first, _, _ in cats.values())
-    return (min(learnable) if learnable else float("nan")), kept
+    return (min(shares) if shares else float("nan")), kept
 
 
 def validation_accuracy(summary: dict, target: str) -> float | None:
@@ -288,7 +284,7 @@ def main() -> None:
             for s in seeds:
                 first = results[(next(iter(chosen)), b, w, s)][0]  # the opponents' figures: the same in every arm
                 for split, g in (("eval", guess), ("validation", guess_val)):
-                    chance = equal_model_passes(first, first["targets"][0], g, counts[split], split, LEARNABLE_MARGIN)
+                    chance = equal_model_passes(first, first["targets"][0], g, counts[split], split)
                     if chance is not None:
                         equal[split].append(chance)
                 row, val = {}, {}
@@ -380,10 +376,7 @@ def main() -> None:
                       + (f" ({unread[arm]} more runs' opponents have no validation figures)" if unread[arm] else ""))
         for split, chances in equal.items():
             if chances:
-                print(f"a model exactly as good as the best opponent in every learnable category (each {split} prompt "
-                      f"right independently) reaches 0.90 of it everywhere on {split} with probability "
-                      f"{statistics.fmean(chances):.2f} a run (mean over {len(chances)} runs), on more than half of "
-                      f"them with probability {more_than_half(chances):.2f}")
+                print(chance_line(split, chances))
         compared = ratio_arm(list(chosen))
         if compared is not None:
             last_ratio = statistics.fmean(acc[compared]) / statistics.fmean(acc["sft"])

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 
 from benchmarks.efficacy import by_category, figures
-from benchmarks.rl import LEARNABLE_MARGIN, QUICK, guess_by_category, timed_run
+from benchmarks.goal_chance import learnable
+from benchmarks.rl import QUICK, guess_by_category, timed_run
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
 
@@ -157,13 +158,13 @@ def report(runs, sft_done, oracle_done, common: list[str]) -> None:
         got = {"sft": {c: last for c, (last, _, _, _) in cats.items()}, "oracle": oracle}
         line = []
         for arm in ("sft", "oracle"):
-            learnable = []
+            learnt = []  # the shares of the learnable categories
             for c, (_, _, top, _) in cats.items():
                 if top > 0:
                     shares[arm].setdefault(c, []).append(got[arm][c] / top)
-                if top >= guess.get(c, 0.0) + LEARNABLE_MARGIN:
-                    learnable.append(got[arm][c] / top)
-            reached[arm] += bool(learnable) and min(learnable) >= 0.9
+                if learnable(top, guess.get(c, 0.0)):
+                    learnt.append(got[arm][c] / top)
+            reached[arm] += bool(learnt) and min(learnt) >= 0.9
             line.append(", ".join(f"{c} {got[arm][c] / top:.2f}" for c, (_, _, top, _) in cats.items() if top > 0))
         acc["sft"].append(sft_acc)
         acc["oracle"].append(oracle["overall"])
