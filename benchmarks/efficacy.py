@@ -147,7 +147,20 @@ def holds_still(n: int, first: float) -> float:
     return chance_at_least(n, first, (round(first * n) - GOALS["forgetting"][1] * n) / n)
 
 
+SHARE_SLACK = 1e-3
+
+
+def reaches(share: float) -> bool:
+    """Whether a share of the best opponent's accuracy meets the worst-category goal (0.90). Summaries
+    round accuracies to 4 decimals, so 9 prompts of 60 against 10 reads 0.1500 / 0.1667 = 0.8998:
+    the slack reads that as the 0.90 it is, and the nearest share under 0.90 on 60 prompts (53 / 59,
+    0.8983) stays under. NaN (no learnable category) does not reach it."""
+    return share >= GOALS["worst_category"][1] - SHARE_SLACK
+
+
 def meets(name: str, value: float) -> bool:
+    if name == "worst_category":
+        return reaches(value)
     op, goal = GOALS[name]
     return value >= goal - 1e-9 if op == ">=" else value <= goal + 1e-9
 

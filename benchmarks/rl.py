@@ -40,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.efficacy import GOALS, by_category, figures, run_once
+from benchmarks.efficacy import GOALS, by_category, figures, reaches, run_once
 from benchmarks.goal_chance import LEARNABLE_MARGIN, chance_line, equal_model_passes, learnable, prompts_by_category
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
 from benchmarks.worlds import add_world_args, describe, worlds_of
@@ -365,14 +365,14 @@ def main() -> None:
         for arm in chosen:
             got = learnable_shares[arm]
             print(f"{arm}: at least 0.90 of the best opponent in every learnable category (the best opponent "
-                  f"{LEARNABLE_MARGIN} above the commonest answer) on {sum(x >= 0.9 for x in got)} of {len(got)} runs; "
+                  f"{LEARNABLE_MARGIN} above the commonest answer) on {sum(reaches(x) for x in got)} of {len(got)} runs; "
                   f"forgets nothing (no category's eval accuracy more than {GOALS['forgetting'][1]} below iteration "
-                  f"0's) on {sum(kept[arm])}; both on {sum(x >= 0.9 and k for x, k in zip(got, kept[arm]))}")
+                  f"0's) on {sum(kept[arm])}; both on {sum(reaches(x) and k for x, k in zip(got, kept[arm]))}")
         for arm in chosen:
             if got_val := on_validation[arm]:
                 print(f"{arm} on the validation split (what a tuning rule reads): at least 0.90 of the best opponent in "
-                      f"every learnable category on {sum(x >= 0.9 for x, _ in got_val)} of {len(got_val)} runs; forgets "
-                      f"nothing on {sum(k for _, k in got_val)}; both on {sum(x >= 0.9 and k for x, k in got_val)}"
+                      f"every learnable category on {sum(reaches(x) for x, _ in got_val)} of {len(got_val)} runs; forgets "
+                      f"nothing on {sum(k for _, k in got_val)}; both on {sum(reaches(x) and k for x, k in got_val)}"
                       + (f" ({unread[arm]} more runs' opponents have no validation figures)" if unread[arm] else ""))
         for split, chances in equal.items():
             if chances:

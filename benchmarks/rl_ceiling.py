@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.efficacy import by_category, figures
+from benchmarks.efficacy import by_category, figures, reaches
 from benchmarks.goal_chance import learnable
 from benchmarks.rl import QUICK, guess_by_category, timed_run
 from benchmarks.stats import default_jobs, mean_ci, parse_seeds, quiet_runs, run_all
@@ -164,7 +164,7 @@ def report(runs, sft_done, oracle_done, common: list[str]) -> None:
                     shares[arm].setdefault(c, []).append(got[arm][c] / top)
                 if learnable(top, guess.get(c, 0.0)):
                     learnt.append(got[arm][c] / top)
-            reached[arm] += bool(learnt) and min(learnt) >= 0.9
+            reached[arm] += bool(learnt) and reaches(min(learnt))
             line.append(", ".join(f"{c} {got[arm][c] / top:.2f}" for c, (_, _, top, _) in cats.items() if top > 0))
         acc["sft"].append(sft_acc)
         acc["oracle"].append(oracle["overall"])

@@ -92,6 +92,15 @@ def test_each_runs_summary_is_kept_under_its_runs_name_for_a_reader_to_check(tmp
     assert kept == runs
 
 
+def test_a_share_of_exactly_nine_tenths_reaches_the_goal_though_the_summary_rounds_it_under():
+    from benchmarks.efficacy import meets, reaches
+
+    assert round(9 / 60, 4) / round(10 / 60, 4) < 0.9 and reaches(round(9 / 60, 4) / round(10 / 60, 4))
+    assert reaches(round(36 / 60, 4) / round(40 / 60, 4)) and reaches(round(18 / 30, 4) / round(20 / 30, 4))
+    assert not reaches(round(53 / 60, 4) / round(59 / 60, 4))  # the nearest share under 0.90 on 60 prompts
+    assert not reaches(float("nan")) and meets("worst_category", 0.8998) and not meets("worst_category", 0.8983)
+
+
 def test_more_than_half_of_the_runs_is_the_poisson_binomial_tail():
     from benchmarks.goal_chance import more_than_half
 
