@@ -51,8 +51,8 @@ def equal_model_passes(summary: dict, target: str, guess: dict[str, float], coun
     opponent's measured one scores at least 0.90 of that figure in all of them, on ``counts``
     prompts a category. None where it cannot be read: no opponent figures on ``split``, no learnable
     category (the goal then counts a miss), or a conversation world (its figures count turns, not
-    prompts). A KeyError names a category the world has no prompts of (the runs took other
-    overrides)."""
+    prompts). A ValueError names the learnable categories ``counts`` lacks (the world was made with
+    other overrides than the runs')."""
     from flywheel.ground.reports import in_use_eval
 
     if in_use_eval(summary, summary["iterations"][-1], target).get("accuracy_by_turn"):
@@ -60,6 +60,8 @@ def equal_model_passes(summary: dict, target: str, guess: dict[str, float], coun
     tops = [(c, top) for c, (_, _, top, _) in by_category(summary, target, split).items() if learnable(top, guess.get(c, 0.0))]
     if not tops:
         return None
+    if missing := sorted(c for c, _ in tops if c not in counts):
+        raise ValueError(f"categories {', '.join(missing)} have no {split} prompts in the world these overrides make")
     chance = 1.0
     for c, top in tops:
         chance *= equal_passes(counts[c], top, scale)
@@ -106,12 +108,11 @@ def main() -> None:
             for (suite, pretraining, _), path in sorted(kept.items()):
                 world = [*args.overrides, f"world.tasks.seed={suite}", f"world.seed={pretraining}"]
                 summary = json.loads(path.read_text())
+                guess, counts = guess_by_category(world, split, args.recipe), prompts_by_category(world, split, args.recipe)
                 try:
-                    chance = equal_model_passes(summary, summary["targets"][0], guess_by_category(world, split, args.recipe),
-                                                prompts_by_category(world, split, args.recipe), split, args.scale)
-                except KeyError as e:
-                    print(f"error: {path.name}: category {e} has no {split} prompts in the world these overrides make: "
-                          "pass the --set the runs took", file=sys.stderr)
+                    chance = equal_model_passes(summary, summary["targets"][0], guess, counts, split, args.scale)
+                except ValueError as e:
+                    print(f"error: {path.name}: {e}: pass the --set the runs took", file=sys.stderr)
                     raise SystemExit(2) from None
                 if chance is not None:
                     chances.append(chance)

@@ -136,6 +136,8 @@ def test_a_model_as_good_as_the_best_opponent_passes_by_the_binomial_tail_of_eac
     twice = equal_model_passes(run, "s", {"add": 0.0, "count": 0.3, "rev": 0.0}, counts, "eval", scale=2.0)
     assert twice == pytest.approx(chance_at_least(60, 0.3334, 9 / 60))  # rev: 1.0 passes surely
     assert equal_model_passes(run, "s", {}, counts, "validation") is None  # no validation figures
+    with pytest.raises(ValueError, match="categories add have no eval prompts"):  # a world made otherwise
+        equal_model_passes(run, "s", {"add": 0.0, "count": 0.3, "rev": 0.0}, {"rev": 10}, "eval")
     guessed = summary({"calc": ev(0.02, 0.1, 0.0), "scribe": ev(0.0, 0.33, 0.0)})
     assert equal_model_passes(guessed, "s", {"add": 0.0, "count": 0.3, "rev": 0.0}, counts, "eval") is None
 
@@ -186,3 +188,12 @@ def test_a_short_run_prints_the_two_goals_read_on_validation_from_the_summaries_
         else:
             assert lines == [chance_line(split, [chance])] and 0 < chance < 1, (lines, chance)
     assert any(f"everywhere on {split} " in x for x in out.stdout.splitlines() for split in ("eval", "validation"))
+    # the same from the kept summaries, as a reader runs it afterwards; a folder without them: one error line
+    goal = [sys.executable, "-m", "benchmarks.goal_chance", str(tmp_path / "kept")]
+    again = subprocess.run([*goal, *(x for s in sets for x in ("--set", s))], env=cli_env, capture_output=True,
+                           text=True, timeout=120, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.splitlines() == ["train.steps 4: " + x for x in out.stdout.splitlines()
+                                         if "reaches 0.90 of it everywhere on" in x]
+    empty = subprocess.run([*goal[:-1], str(tmp_path)], env=cli_env, capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 2 and empty.stderr.startswith("error: no <arm>"), empty.stderr
