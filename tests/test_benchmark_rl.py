@@ -143,28 +143,41 @@ def test_a_model_as_good_as_the_best_opponent_passes_by_the_binomial_tail_of_eac
 
 
 def test_a_short_run_prints_the_two_goals_read_on_validation_from_the_summaries_it_keeps(tmp_path, cli_env):
-    """``python -m benchmarks.rl`` as a user runs it, on the tiny suite and models: the line a tuning
-    rule reads (the two goals on the validation split) counts what the kept summary holds."""
+    """``python -m benchmarks.rl`` as a user runs it, on the tiny suite and models, `sft` against the
+    few-battles recipe: each arm's accuracy, the paired gain and the own answers the recipe sampled
+    are those of the summaries it keeps, and the line a tuning rule reads (the two goals on the
+    validation split) counts what the kept summary holds."""
     import json
     import subprocess
     import sys
 
     import yaml
 
-    from benchmarks.rl import guess_by_category, two_goals
+    from benchmarks.efficacy import figures
+    from benchmarks.rl import guess_by_category, own_answers, two_goals
     from tests.conftest import TINY_MODELS, TINY_TASKS
 
     models = tmp_path / "models"
     sets = ["run.iterations=1", "train.batch_size=8", "select.battles_per_iteration=48",
             *(f"world.tasks.{k}={v}" for k, v in TINY_TASKS.items()),
             "world.models=" + yaml.safe_dump(TINY_MODELS, default_flow_style=True).strip()]
-    out = subprocess.run([sys.executable, "-m", "benchmarks.rl", "--arms", "sft", "--budgets", "4", "--seeds", "0",
+    out = subprocess.run([sys.executable, "-m", "benchmarks.rl", "--recipe", "flows/recipes/few_battles.yaml",
+                          "--arms", "sft,rl", "--budgets", "4", "--seeds", "0",
                           "--jobs", "1", "--models-root", str(models), "--summaries", str(tmp_path / "kept"),
                           *(x for s in sets for x in ("--set", s))],
                          env=cli_env, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     [kept] = (tmp_path / "kept").glob("sft-4-t1234-w0-s0.json")
     summary = json.loads(kept.read_text())
+    rl = json.loads((tmp_path / "kept" / "rl-4-t1234-w0-s0.json").read_text())
+    lines = out.stdout.splitlines()
+    acc = {arm: figures(x, "student")["accuracy"] for arm, x in (("sft", summary), ("rl", rl))}
+    for arm in acc:
+        assert f"{arm:<4} final eval accuracy {acc[arm]:.3f} +- 0.000 over 1 runs; median wall time" in out.stdout
+    assert f"gain of rl over sft: {acc['rl'] - acc['sft']:+.3f} +- 0.000 (95% CI" in out.stdout
+    sampled = own_answers(rl, "student", 4)
+    assert "sampled" in sampled and "per optimizer step" in sampled and own_answers(summary, "student", 4) == ""
+    assert [x for x in lines if ", rl: accuracy " in x][0].endswith(sampled)
     world = [*sets, "world.tasks.seed=1234", "world.seed=0", f"world.models_dir={models / 'suite1234-pretraining0'}"]
     share, kept_all = two_goals(summary, "student", guess_by_category(world, "validation"), "validation")
     [line] = [x for x in out.stdout.splitlines() if x.startswith("sft on the validation split")]

@@ -168,6 +168,12 @@ def _bad_inputs(tmp_path):
          "error: train.rl.reward: os.path:exists cannot take a reward's arguments (missing a required argument: "
          "'path'): a reward function is called as f(prompts, completions, **columns) and returns one float or None "
          "per completion"),
+        (["--set", "train.method=sft+expert", "--set", "train.rl.pass_reward=2"], "error: invalid config: "
+         "train.rl.pass_reward 2: the verifier rewards an answer 0 to 1, so no answer would pass; give a threshold "
+         "above 0 and at most 1"),
+        (["--set", "train.method=onpolicy_dpo", "--set", "train.rl.reward=judge", "--set", "train.rl.pass_reward=0"],
+         "error: invalid config: train.rl.pass_reward 0: the judge rewards an answer 0 to 1, so a wrong answer (0) "
+         "would pass; give a threshold above 0 and at most 1"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.leave_out=[cnt]"], "error: train.rl.leave_out: "
          "['cnt'] are not categories of the train prompts ['add', 'count', 'mul', 'rev', 'sort', 'sub']"),
         (["--set", "world.tasks.categories=[add]", "--set", "train.rl.leave_out=[add]"], "error: train.rl.leave_out "

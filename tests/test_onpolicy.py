@@ -305,13 +305,14 @@ def odd_crc(prompts, completions, **columns):
     return [float(zlib.crc32(c.encode()) % 2) for c in completions]
 
 
-def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny_models_dir, tmp_path):
+@pytest.mark.parametrize("method", ["sft+expert", "expert"])
+def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny_models_dir, tmp_path, method):
     """train.method sft+expert: the iteration samples the target's own answers to its bandit's
     prompts, keeps them as its rollouts, and trains one SFT phase on the curated rows and the passed
-    answers of the groups that teach."""
+    answers of the groups that teach; expert: on the passed answers alone."""
     from flywheel.learning.curation import load_dataset_dir
 
-    run = run_stages(tiny_models_dir, tmp_path, "expert", run__iterations=1, train__method="sft+expert",
+    run = run_stages(tiny_models_dir, tmp_path, "expert", run__iterations=1, train__method=method,
                    train__rl={"generations": 4, "reward": "tests.test_onpolicy:odd_crc"})
     trained = json.loads((run / "iter-0001" / "stages" / "train.json").read_text())["student"]
     sampled = trained["sampling"]
@@ -324,7 +325,7 @@ def test_expert_iteration_in_a_run_trains_on_the_targets_own_passed_answers(tiny
     teach = {p: g for p, g in groups.items() if len({r["reward"] for r in g}) > 1}
     assert sampled["groups"] == len(groups) and sampled["flat_groups"] == pytest.approx(1 - len(teach) / len(groups))
     passed = {(p, r["completion"]) for p, g in teach.items() for r in g if r["reward"] == 1.0}
-    curated = len(load_dataset_dir(run / "iter-0001" / "sft"))
+    curated = len(load_dataset_dir(run / "iter-0001" / "sft")) if method == "sft+expert" else 0
     assert passed and trained["examples"] == curated + len(passed) and "curated_kept" not in sampled  # thin_known off
     assert changed(tiny_models_dir / "student", run / "models" / "student@1")
 

@@ -59,7 +59,9 @@ class RLConfig(Strict):
                                                  "judge, cannot score those).")
     pass_reward: float = Field(1.0, description="An answer passes at this reward or more: expert iteration trains on "
                                "it, on-policy DPO pairs it (chosen) with an answer of the same prompt that does not "
-                               "(rejected).")
+                               "(rejected), and the learnability posterior counts it a pass. The verifier and the "
+                               "judge reward 0 to 1 (above 0, at most 1 here); a reward model's scores are not "
+                               "bounded, so name the score that passes.")
     dynamic_sampling: bool = Field(True, description="grpo and rloo: before training, sample generations answers to "
                                    "prompts (the answer budget below): with pick_online, those groups start the "
                                    "posterior the trainer picks by; without, the trainer learns only on the prompts "
