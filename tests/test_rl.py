@@ -26,10 +26,10 @@ def digit_share(prompts, completions, columns):
             for i, text in enumerate(completions)]
 
 
-def grpo(tiny_models_dir, out, state, steps=4, checkpoint_steps=0, scorer=digit_share):
-    cfg = TrainConfig(method="grpo", batch_size=8, checkpoint_steps=checkpoint_steps, rl={"generations": 4})
+def grpo(tiny_models_dir, out, state, steps=4, checkpoint_steps=0, scorer=digit_share, method="grpo"):
+    cfg = TrainConfig(method=method, batch_size=8, checkpoint_steps=checkpoint_steps, rl={"generations": 4})
     phase = RLPhase(PROMPTS, scorer, state.parent / f"{state.name}-rollouts.jsonl", 8)
-    return train_version(TrainJob(str(tiny_models_dir / "student"), out, steps, 0, method="grpo", state_dir=state),
+    return train_version(TrainJob(str(tiny_models_dir / "student"), out, steps, 0, method=method, state_dir=state),
                          cfg, rl=phase)
 
 
@@ -76,8 +76,9 @@ def test_advantages_are_the_groups_normalised_rewards():
     assert adv[2] == 0.0 and adv[4] == 0.0
 
 
+@pytest.mark.parametrize("method", ["grpo", "rloo"])
 def test_a_grpo_phase_killed_after_a_checkpoint_resumes_to_the_same_weights_and_rollouts(tiny_models_dir, tmp_path,
-                                                                                         monkeypatch):
+                                                                                         monkeypatch, method):
     import flywheel.ground.progress
 
     class Killed(Exception):
@@ -96,14 +97,15 @@ def test_a_grpo_phase_killed_after_a_checkpoint_resumes_to_the_same_weights_and_
         handler.__class__ = Kill
         return handler
 
-    straight = grpo(tiny_models_dir, tmp_path / "straight", tmp_path / "s0", checkpoint_steps=2)
+    straight = grpo(tiny_models_dir, tmp_path / "straight", tmp_path / "s0", checkpoint_steps=2, method=method)
     monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", killing)
     with pytest.raises(Killed):
-        grpo(tiny_models_dir, tmp_path / "resumed", tmp_path / "s1", checkpoint_steps=2)
+        grpo(tiny_models_dir, tmp_path / "resumed", tmp_path / "s1", checkpoint_steps=2, method=method)
     log = RolloutLog(tmp_path / "s1-rollouts.jsonl")
     log.append([{"step": 3, "reward": 1.0, "group": "x"}])  # a step after the checkpoint that the kill lost
     monkeypatch.setattr(flywheel.ground.progress, "trainer_callback", real)
-    resumed = grpo(tiny_models_dir, tmp_path / "resumed", tmp_path / "s1", checkpoint_steps=2)
+    resumed = grpo(tiny_models_dir, tmp_path / "resumed", tmp_path / "s1", checkpoint_steps=2, method=method)
+    assert changed(tiny_models_dir / "student", tmp_path / "straight")
     assert changed(tmp_path / "straight", tmp_path / "resumed") == []
     assert resumed.loss == pytest.approx(straight.loss)
     strip = [{k: v for k, v in r.items() if k != "group"} for r in straight.rollouts]
