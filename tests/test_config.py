@@ -171,9 +171,11 @@ def _bad_inputs(tmp_path):
         (["--set", "train.method=sft+expert", "--set", "train.rl.pass_reward=2"], "error: invalid config: "
          "train.rl.pass_reward 2: the verifier rewards an answer 0 to 1, so no answer would pass; give a threshold "
          "above 0 and at most 1"),
+        (["--set", "train.method=sft+expert", "--set", "train.rl.pass_reward=nan"],
+         "error: invalid config: train.rl.pass_reward: Input should be a finite number"),
         (["--set", "train.method=onpolicy_dpo", "--set", "train.rl.reward=judge", "--set", "train.rl.pass_reward=0"],
-         "error: invalid config: train.rl.pass_reward 0: the judge rewards an answer 0 to 1, so a wrong answer (0) "
-         "would pass; give a threshold above 0 and at most 1"),
+         "error: invalid config: train.rl.pass_reward 0: the judge rewards an answer 0 to 1, so an answer scored 0 "
+         "(wrong, or a loss) would pass; give a threshold above 0 and at most 1"),
         (["--set", "train.method=sft+expert", "--set", "train.rl.leave_out=[cnt]"], "error: train.rl.leave_out: "
          "['cnt'] are not categories of the train prompts ['add', 'count', 'mul', 'rev', 'sort', 'sub']"),
         (["--set", "world.tasks.categories=[add]", "--set", "train.rl.leave_out=[add]"], "error: train.rl.leave_out "

@@ -142,6 +142,17 @@ def test_the_verifier_reward_scores_against_the_reference():
     assert got == [(1.0, None), (0.0, None), (None, "no reference answer")]
 
 
+def tenfold(response, reference):
+    """A user check that breaks the verifier's contract (a score in [0, 1]): 10 for a right answer."""
+    return 10.0 * (response.strip() == reference)
+
+
+def test_a_check_scoring_outside_0_to_1_is_a_failed_reward_not_a_reward():
+    vc = JudgeConfig(verifier={"match": "callable", "function": "tests.test_rl:tenfold"}).verifier
+    got = verifier_reward(build_verifier(vc))(["1+1=", "2+2="], ["2", "5"], {"reference": ["2", "4"]})
+    assert got == [(None, "check scored 10.0, outside 0 to 1"), (0.0, None)]
+
+
 class Scripted(PairwiseJudge):
     """A judge that answers from a script, and fails where the script says so."""
 

@@ -341,8 +341,8 @@ class FlywheelConfig(Strict):
                              f"{tc.rl.generations} (each batch holds whole groups)")
         if tc.rl.reward in ("verifier", "judge") and not 0 < tc.rl.pass_reward <= 1:
             raise ValueError(f"train.rl.pass_reward {tc.rl.pass_reward:g}: the {tc.rl.reward} rewards an answer 0 to 1, "
-                             "so " + ("no answer would pass" if tc.rl.pass_reward > 1 else "a wrong answer (0) would "
-                             "pass") + "; give a threshold above 0 and at most 1")
+                             "so " + ("no answer would pass" if tc.rl.pass_reward > 1 else "an answer scored 0 (wrong, "
+                             "or a loss) would pass") + "; give a threshold above 0 and at most 1")
         if tc.rl.prompts == "train" and tc.rl.reward == "judge":
             raise ValueError("train.rl.prompts train: the judge reward compares an answer with the battles' baseline "
                              "answer, which a prompt never battled has not; use train.rl.prompts battles, or a reward "

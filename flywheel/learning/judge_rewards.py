@@ -41,9 +41,11 @@ def verifier_reward(verifier: VerifierJudge) -> Scorer:
                 out.append((None, "no reference answer"))
                 continue
             try:
-                out.append((verifier.score(text, ref), None))
+                v = verifier.score(text, ref)
             except Exception as e:  # noqa: BLE001 - a user check that raises: no reward, recorded
                 out.append((None, f"check failed: {e!r}"))
+                continue
+            out.append((v, None) if 0 <= v <= 1 else (None, f"check scored {v!r}, outside 0 to 1"))
         return out
 
     return score
