@@ -57,7 +57,8 @@ def equal_model_passes(summary: dict, target: str, guess: dict[str, float], coun
 
     if in_use_eval(summary, summary["iterations"][-1], target).get("accuracy_by_turn"):
         return None
-    tops = [(c, top) for c, (_, _, top, _) in by_category(summary, target, split).items() if learnable(top, guess.get(c, 0.0))]
+    tops = [(c, top) for c, (_, _, top, _) in by_category(summary, target, split).items()
+            if learnable(top, guess.get(c, 0.0))]
     if not tops:
         return None
     if missing := sorted(c for c, _ in tops if c not in counts):
@@ -92,7 +93,8 @@ def main() -> None:
     ap.add_argument("--recipe", type=Path, default=None, help="the recipe the runs started from")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="an override the runs took that changes the world (e.g. a pool's size)")
-    ap.add_argument("--scale", type=float, default=1.0, help="the model's accuracy over the best opponent's (default 1)")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="the model's accuracy over the best opponent's (default 1)")
     args = ap.parse_args()
     from benchmarks.rl import guess_by_category
 
@@ -108,7 +110,8 @@ def main() -> None:
             for (suite, pretraining, _), path in sorted(kept.items()):
                 world = [*args.overrides, f"world.tasks.seed={suite}", f"world.seed={pretraining}"]
                 summary = json.loads(path.read_text())
-                guess, counts = guess_by_category(world, split, args.recipe), prompts_by_category(world, split, args.recipe)
+                guess = guess_by_category(world, split, args.recipe)
+                counts = prompts_by_category(world, split, args.recipe)
                 try:
                     chance = equal_model_passes(summary, summary["targets"][0], guess, counts, split, args.scale)
                 except ValueError as e:

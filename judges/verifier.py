@@ -165,10 +165,14 @@ class VerifierJudge(PairwiseJudge):
             return False
 
     def score(self, response: str, reference: str) -> float:
+        """The check's score in [0, 1]; a ValueError where a callable check scores outside it (NaN
+        included), which a battle records as a failed check and an RL reward as a failed reward."""
         v = self.check(response, reference)
         if isinstance(v, bool) or v is None:
             return float(bool(v))
-        return float(v)
+        if not 0 <= (v := float(v)) <= 1:
+            raise ValueError(f"check scored {v!r}, outside 0 to 1")
+        return v
 
     def turn_scores(self, conversation: str) -> list[float | None]:
         """The score of each user turn's answer in a conversation (None: no reference, or no answer)."""

@@ -209,6 +209,10 @@ def test_verifier_variants():
     assert (j.score_a, j.score_b, j.winner) == (0.5, 0.0, "model_a")
     broken = VerifierJudge("callable", function=lambda r, ref: 1 / 0)
     assert "check failed" in broken.judge([arith("1", "1", "2")])[0].error
+    tenfold = VerifierJudge("callable", function=lambda r, ref: 10.0 * (r == ref))  # breaks the [0, 1] contract
+    j = tenfold.judge([arith("1", "42", "41")])[0]
+    assert j.winner is None and j.error == "check failed: ValueError('check scored 10.0, outside 0 to 1')"
+    assert not tenfold.correct("42", "42")
     assert VerifierJudge().judge([arith("1", "1", "2", ref=None)])[0].error == "no reference answer"
 
 

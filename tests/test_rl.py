@@ -150,7 +150,7 @@ def tenfold(response, reference):
 def test_a_check_scoring_outside_0_to_1_is_a_failed_reward_not_a_reward():
     vc = JudgeConfig(verifier={"match": "callable", "function": "tests.test_rl:tenfold"}).verifier
     got = verifier_reward(build_verifier(vc))(["1+1=", "2+2="], ["2", "5"], {"reference": ["2", "4"]})
-    assert got == [(None, "check scored 10.0, outside 0 to 1"), (0.0, None)]
+    assert got == [(None, "check failed: ValueError('check scored 10.0, outside 0 to 1')"), (0.0, None)]
 
 
 class Scripted(PairwiseJudge):

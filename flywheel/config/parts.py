@@ -87,7 +87,8 @@ class VerifierConfig(Strict):
     pattern: str | None = Field(None, description="regex: extracts the answer (group 1, else the match); "
                                 "unset = the reference is the regex.")
     function: str | None = Field(None, description="callable: 'module:function' of (response, reference) "
-                                 "-> bool or score in [0, 1].")
+                                 "-> bool or score in [0, 1] (a score outside it fails the check: the battle is "
+                                 "invalid).")
     extract: Literal["none", "final"] = Field(
         "none", description="What is checked: the whole response (none), or the final answer a chatty model states "
         "in it (final: \\boxed{x}, 'the answer is x', the last '= x', else the whole response). The raw response "

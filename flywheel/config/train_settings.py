@@ -57,9 +57,10 @@ class RLConfig(Strict):
                                                  "iteration) or train (also every other train-split prompt with a "
                                                  "reference answer; a reward that needs the battles' baseline answer, "
                                                  "judge, cannot score those).")
-    pass_reward: float = Field(1.0, allow_inf_nan=False, description="An answer passes at this reward or more: expert iteration trains on "
-                               "it, on-policy DPO pairs it (chosen) with an answer of the same prompt that does not "
-                               "(rejected), and the learnability posterior counts it a pass. The verifier and the "
+    pass_reward: float = Field(1.0, allow_inf_nan=False, description="An answer passes at this reward or more: "
+                               "expert iteration trains on it, on-policy DPO pairs it (chosen) with an answer of the "
+                               "same prompt that does not (rejected), and the learnability posterior counts it a "
+                               "pass. The verifier and the "
                                "judge reward 0 to 1, so with them it must be above 0 and at most 1; a reward "
                                "model's or your function's scores may lie anywhere: name the score that passes.")
     dynamic_sampling: bool = Field(True, description="grpo and rloo: before training, sample generations answers to "

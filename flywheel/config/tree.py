@@ -1,8 +1,8 @@
 """One config tree for the whole flywheel: a pydantic model per section, every field with a
 default and a description (``parts`` holds the players', the judge's and Hanabi's,
 ``world_settings`` the world's, ``train_settings`` the train section's, ``select_settings`` the
-select section's, ``evolve_settings`` and ``teach_settings`` its evolve and teaching sections). Loading it from YAML, with overrides,
-is ``loading``."""
+select section's, ``evolve_settings`` and ``teach_settings`` its evolve and teaching sections).
+Loading it from YAML, with overrides, is ``loading``."""
 
 from __future__ import annotations
 
@@ -340,9 +340,10 @@ class FlywheelConfig(Strict):
             raise ValueError(f"train.batch_size {tc.batch_size} is not a multiple of train.rl.generations "
                              f"{tc.rl.generations} (each batch holds whole groups)")
         if tc.rl.reward in ("verifier", "judge") and not 0 < tc.rl.pass_reward <= 1:
-            raise ValueError(f"train.rl.pass_reward {tc.rl.pass_reward:g}: the {tc.rl.reward} rewards an answer 0 to 1, "
-                             "so " + ("no answer would pass" if tc.rl.pass_reward > 1 else "an answer scored 0 (wrong, "
-                             "or a loss) would pass") + "; give a threshold above 0 and at most 1")
+            passes = ("no answer would pass" if tc.rl.pass_reward > 1
+                      else "an answer scored 0 (wrong, or a loss) would pass")
+            raise ValueError(f"train.rl.pass_reward {tc.rl.pass_reward:g}: the {tc.rl.reward} rewards an answer 0 to "
+                             f"1, so {passes}; give a threshold above 0 and at most 1")
         if tc.rl.prompts == "train" and tc.rl.reward == "judge":
             raise ValueError("train.rl.prompts train: the judge reward compares an answer with the battles' baseline "
                              "answer, which a prompt never battled has not; use train.rl.prompts battles, or a reward "

@@ -41,11 +41,9 @@ def verifier_reward(verifier: VerifierJudge) -> Scorer:
                 out.append((None, "no reference answer"))
                 continue
             try:
-                v = verifier.score(text, ref)
-            except Exception as e:  # noqa: BLE001 - a user check that raises: no reward, recorded
+                out.append((verifier.score(text, ref), None))
+            except Exception as e:  # noqa: BLE001 - a user check that raises or scores outside 0 to 1: no reward
                 out.append((None, f"check failed: {e!r}"))
-                continue
-            out.append((v, None) if 0 <= v <= 1 else (None, f"check scored {v!r}, outside 0 to 1"))
         return out
 
     return score

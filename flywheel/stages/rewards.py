@@ -34,7 +34,7 @@ def round_feedback(ctx: Context, target: str, k: int, mine: list[JudgedBattle],
     if reward == "validation-progress" and not askers:
         progress = bandit_rewards.validation_progress(validation_gains(ctx, target, k), ctx.cfg.select.progress_weight)
     return bandit_rewards.feedback(reward, mine, version, previous, yielded, success=success, progress=progress,
-                              generations=ctx.cfg.train.rl.generations)
+                                   generations=ctx.cfg.train.rl.generations)
 
 
 def own_successes(ctx: Context, version: str, judged: list[JudgedBattle]) -> dict[str, float]:

@@ -38,7 +38,7 @@ def select_round(ctx: Context, k: int, rnd: int, budgets: dict[str, int]) -> Sel
             rates = {}
             if cfg.opponents == "pfsp":
                 rates = bandit_rewards.opponent_win_rates(ctx.store.judged(None, "train"), t, list(ctx.pool_by_cell),
-                                                     selection.opponent_arms(cfg, ctx.roster.opponents))
+                                                          selection.opponent_arms(cfg, ctx.roster.opponents))
             gc = ctx.cfg.world.games
             seats = gc.hanabi.players if ctx.cfg.world.kind == "games" and "hanabi" in gc.games else 0
             this_round = selection.SelectionRound(version, n, k, rnd, ctx.cfg.run.seed, team_seats=seats,
